@@ -1,0 +1,47 @@
+"""remat: make PyTorch training use less memory, and often less time.
+
+remat captures a training step's joint forward+backward graph, decides for every
+intermediate tensor whether to save it for the backward or recompute it (the fusion-aware
+min cut of Yu & He), and runs that plan inside ``torch.compile``::
+
+    import remat
+    step = remat.compile(model)                 # torch.compile with remat's partitioner
+    print(remat.plan(model, x))                 # what is saved, what is recomputed
+    torch.compile(model, backend="remat")       # the same, as a dynamo backend
+
+The graph IR, the solvers and plans (``remat.graph``, ``remat.solvers``, ``remat.plan``)
+do not import torch; ``compile``/``plan`` (and importing ``remat`` itself) do.
+"""
+
+from __future__ import annotations
+
+from .errors import GraphError, PlanError, RematError, UnsupportedGraphError
+from .graph import Graph, Node
+from .graph_io import load_graph, save_graph
+from .plans import Plan, SavedValue
+
+__version__ = "0.1.0"
+
+_LAZY = {"compile", "plan", "plan_all", "remat_backend", "RematPartitioner", "RematFallbackWarning"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import api, partitioner
+
+        return getattr(api, name, None) or getattr(partitioner, name)
+    raise AttributeError(f"module 'remat' has no attribute {name!r}")
+
+
+def _register() -> None:
+    try:
+        from .api import register_backend
+    except ImportError:  # torch missing: the torch-free layers still work
+        return
+    register_backend()
+
+
+_register()
+
+__all__ = ["Graph", "Node", "Plan", "SavedValue", "load_graph", "save_graph", "compile", "plan",
+           "plan_all", "GraphError", "PlanError", "RematError", "UnsupportedGraphError"]

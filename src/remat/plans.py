@@ -39,6 +39,9 @@ class Plan:
     banned: dict[str, str] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
 
+    graph = None
+    """The :class:`~remat.graph.Graph` the plan was made for, when known (not serialized)."""
+
     @classmethod
     def from_saved_set(cls, g: Graph, saved: Iterable[str], *, solver: str,
                        options: Mapping[str, Any] | None = None, cost: float | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..graph import Graph
-from ..plan import Plan
+from ..plans import Plan
 from .mincut import mincut
 
 SOLVERS: dict[str, Callable[..., Plan]] = {"mincut": mincut}

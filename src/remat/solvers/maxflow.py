@@ -23,7 +23,7 @@ _INT64_SAFE = 2**62
 class Cut:
     source_side: np.ndarray  # bool per vertex
     value: int  # primary cut value (sum of cut capacities)
-    secondary_value: int | None = None
+    secondary_value: tuple[int, ...] | None = None  # one value per tie-break level
 
 
 class InfiniteCutError(Exception):
@@ -64,31 +64,40 @@ def min_cut(n: int, tails, heads, caps, s: int, t: int) -> Cut:
     return Cut(source, int(value))
 
 
-def lexicographic_min_cut(n: int, tails, heads, caps, secondary, s: int, t: int) -> Cut:
-    """Among all minimum cuts for ``caps``, one that minimizes ``secondary`` capacities.
+def lexicographic_min_cut(n: int, tails, heads, caps, *tie_breaks, s: int = 0, t: int = 1) -> Cut:
+    """Among all minimum cuts for ``caps``, one that minimizes ``tie_breaks[0]``, then
+    among those ``tie_breaks[1]``, and so on (capacities per arc, >= 0).
 
-    Exact, with no scaling of one objective into the other: after the first max-flow, a cut
-    is minimum iff no residual arc leaves its source side (Picard-Queyranne). The second
-    max-flow keeps those residual arcs as infinite constraints and prices only saturated arcs
-    with their secondary capacity, so the tie-break can never raise the primary cost.
+    Exact, with no scaling of one objective into another: after a max-flow, a cut is
+    minimum iff no residual arc leaves its source side (Picard-Queyranne). Each next
+    max-flow keeps those residual arcs as infinite constraints and prices only the saturated
+    arcs with the next objective, so a tie-break can never raise an earlier objective.
     """
-    tails, heads, caps, secondary = (np.asarray(a, dtype=np.int64) for a in (tails, heads, caps, secondary))
-    value, flows, real_caps, _ = _solve(n, tails, heads, caps, s, t)
-    forward_residual = flows < real_caps
-    backward_residual = flows > 0
-    saturated = ~forward_residual
-    t2 = np.concatenate([tails[forward_residual], heads[backward_residual], tails[saturated]])
-    h2 = np.concatenate([heads[forward_residual], tails[backward_residual], heads[saturated]])
-    sec = np.maximum(secondary[saturated], 0)
-    total_sec = int(sec.sum())
-    if total_sec >= _INT64_SAFE // 4:  # keep room for the derived "infinity"
-        sec = sec // (total_sec // (_INT64_SAFE // 8) + 1)
-    c2 = np.concatenate([
-        np.full(int(forward_residual.sum() + backward_residual.sum()), INF, dtype=np.int64),
-        sec,
-    ])
-    value2, _, _, source = _solve(n, t2, h2, c2, s, t)
-    return Cut(source, int(value), int(value2))
+    tails, heads, caps = (np.asarray(a, dtype=np.int64) for a in (tails, heads, caps))
+    levels = [np.asarray(tb, dtype=np.int64) for tb in tie_breaks]
+    value, flows, real_caps, source = _solve(n, tails, heads, caps, s, t)
+    cut = Cut(source, int(value))
+    origin = np.arange(len(tails))  # which input arc each arc of the current network prices
+    for level in levels:
+        forward_residual = flows < real_caps
+        backward_residual = flows > 0
+        saturated = ~forward_residual
+        t2 = np.concatenate([tails[forward_residual], heads[backward_residual], tails[saturated]])
+        h2 = np.concatenate([heads[forward_residual], tails[backward_residual], heads[saturated]])
+        sat_origin = origin[saturated]
+        priced = sat_origin >= 0
+        sec = np.where(priced, level[np.maximum(sat_origin, 0)], 0)
+        sec = np.maximum(sec, 0)
+        total = int(sec.sum())
+        if total >= _INT64_SAFE // 4:  # keep room for the derived "infinity"
+            sec = sec // (total // (_INT64_SAFE // 8) + 1)
+        n_constraints = int(forward_residual.sum() + backward_residual.sum())
+        caps2 = np.concatenate([np.full(n_constraints, INF, dtype=np.int64), sec])
+        tails, heads = t2, h2
+        origin = np.concatenate([np.full(n_constraints, -1), sat_origin])
+        value2, flows, real_caps, source = _solve(n, tails, heads, caps2, s, t)
+        cut = Cut(source, cut.value, (cut.secondary_value or ()) + (int(value2),))
+    return cut
 
 
 def _infinite_path(n, tails, heads, finite, s, t) -> list[int]:

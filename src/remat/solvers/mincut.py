@@ -7,7 +7,7 @@ backward). Data flow edges are infinite; backward nodes drain to the sink; input
 banned from recomputation hang from the source. The minimum cut is the cheapest valid saved
 set (Theorem 3.6). Among equally cheap cuts remat prefers those closest to the backward pass
 (seeds/000 Section 3.4), resolved exactly by a second max-flow so the preference can never
-raise the cost.
+raise the cost: first the least new memory (inputs and params are held anyway), then the smallest distance-weighted cost.
 
 >>> from remat.examples import cos_cos_graph
 >>> mincut(cos_cos_graph()).saved_names
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import PlanError
 from ..graph import Graph
-from ..plan import Plan
+from ..plans import Plan
 from ..saved_set import backward_demand, required_forward
 from .maxflow import INF, InfiniteCutError, lexicographic_min_cut, min_cut
 
@@ -105,13 +105,16 @@ def analyse(g: Graph, mode: str = "conservative") -> Analysis:
 class FlowNetwork:
     """The auxiliary graph G' of Algorithm 1 as arc arrays. Vertex 0 is s, 1 is t, node i
     has ``2 + 2i`` (in) and ``3 + 2i`` (out). ``caps`` uses ``maxflow.INF`` for infinity;
-    ``secondary`` holds the distance re-weighted capacities used only to break ties."""
+    ``memory`` (new bytes a saved value holds: zero for inputs and params, which are held anyway)
+    and ``distance`` (capacity re-weighted by 1.1 ** distance to the backward) only break
+    ties among the cheapest cuts, in that order."""
 
     num_vertices: int
     tails: list[int]
     heads: list[int]
     caps: list[int]
-    secondary: list[int]
+    memory: list[int]
+    distance: list[int]
 
 
 def flow_network(g: Graph, a: Analysis) -> FlowNetwork:
@@ -120,18 +123,20 @@ def flow_network(g: Graph, a: Analysis) -> FlowNetwork:
     heads: list[int] = []
     caps: list[int] = []
     sec: list[int] = []
+    mem: list[int] = []
     demand = set(backward_demand(g))
     users = g.user_indices
     S, T = 0, 1
     for i, node in enumerate(nodes):
         vin, vout = 2 + 2 * i, 3 + 2 * i
         if not node.is_forward:
-            tails.append(vin); heads.append(T); caps.append(INF); sec.append(0)  # noqa: E702
+            tails.append(vin); heads.append(T); caps.append(INF); sec.append(0); mem.append(0)  # noqa: E702
             continue
         if node.is_primal or node.name in a.ban:
-            tails.append(S); heads.append(vin); caps.append(INF); sec.append(0)  # noqa: E702
+            tails.append(S); heads.append(vin); caps.append(INF); sec.append(0); mem.append(0)  # noqa: E702
         tails.append(vin)
         heads.append(vout)
+        mem.append(0 if node.is_primal else node.bytes)
         if node.must_recompute:
             caps.append(INF)
             sec.append(0)
@@ -140,10 +145,10 @@ def flow_network(g: Graph, a: Analysis) -> FlowNetwork:
             caps.append(c)
             sec.append(int(c * 1.1 ** max(min(a.dist_from_bw[i], _DIST_CAP), 1)))
         if i in demand:
-            tails.append(vout); heads.append(T); caps.append(INF); sec.append(0)  # noqa: E702
+            tails.append(vout); heads.append(T); caps.append(INF); sec.append(0); mem.append(0)  # noqa: E702
         for u in users[i]:
-            tails.append(vout); heads.append(2 + 2 * u); caps.append(INF); sec.append(0)  # noqa: E702
-    return FlowNetwork(2 + 2 * len(nodes), tails, heads, caps, sec)
+            tails.append(vout); heads.append(2 + 2 * u); caps.append(INF); sec.append(0); mem.append(0)  # noqa: E702
+    return FlowNetwork(2 + 2 * len(nodes), tails, heads, caps, mem, sec)
 
 
 def mincut(g: Graph, mode: str = "conservative", tie_break: bool = True) -> Plan:
@@ -161,7 +166,7 @@ def mincut(g: Graph, mode: str = "conservative", tie_break: bool = True) -> Plan
     try:
         if tie_break:
             cut = lexicographic_min_cut(net.num_vertices, net.tails, net.heads, net.caps,
-                                        net.secondary, 0, 1)
+                                        net.memory, net.distance, s=0, t=1)
         else:
             cut = min_cut(net.num_vertices, net.tails, net.heads, net.caps, 0, 1)
     except InfiniteCutError as e:

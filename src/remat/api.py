@@ -1,0 +1,143 @@
+"""The public entry points: :func:`compile`, :func:`plan` and the ``"remat"`` dynamo backend."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from .partitioner import RematPartitioner
+from .plans import Plan
+
+
+def _param_indices(gm: torch.fx.GraphModule) -> set[int]:
+    """Indices of the dynamo graph's inputs that are parameters (AOT keeps their order)."""
+    out = set()
+    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        val = node.meta.get("example_value")
+        grapharg = node.meta.get("grapharg")
+        source = str(getattr(grapharg, "source", "")) if grapharg is not None else ""
+        if isinstance(val, torch.nn.Parameter) or "_parameters" in source:
+            out.add(i)
+    return out
+
+
+def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
+    """AOTAutograd with inductor's decompositions and joint passes, but no kernel codegen."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.compile_fx import partition_fn
+    from torch._inductor.decomposition import select_decomp_table
+
+    def nop(fx_g, _inputs):
+        return make_boxed_func(fx_g.forward)
+
+    return aot_autograd(
+        fw_compiler=nop, bw_compiler=nop, inference_compiler=nop,
+        partition_fn=functools.partial(partition_fn, partitioner_fn_override=partitioner),
+        decompositions=select_decomp_table(), keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+
+
+def remat_backend(gm: torch.fx.GraphModule, example_inputs, *, solver: str = "mincut",
+                  mode: str = "conservative", strict: bool = False, compiler: str = "inductor",
+                  on_plan: Callable | None = None, options: dict | None = None,
+                  solver_options: dict | None = None, **_ignored):
+    """A dynamo backend: inductor (or, with ``compiler="eager"``, no codegen) with remat's
+    partitioner. Registered as ``torch.compile(model, backend="remat")``; options for remat
+    go in ``options={"solver": ..., "mode": ..., "strict": ...}`` there."""
+    options = dict(options or {})
+    solver = options.pop("solver", solver)
+    mode = options.pop("remat_mode", options.pop("mode", mode))
+    strict = options.pop("strict", strict)
+    compiler = options.pop("compiler", compiler)
+    part = RematPartitioner(solver, mode, strict, param_indices=_param_indices(gm), on_plan=on_plan,
+                            solver_options=solver_options)
+    if compiler == "eager":
+        return _eager_compile(gm, example_inputs, part)
+    if compiler != "inductor":
+        raise ValueError(f"unknown compiler {compiler!r}; use 'inductor' or 'eager'")
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": part, **options})
+
+
+def compile(model_or_fn: Callable, solver: str = "mincut", mode: str = "conservative",
+            strict: bool = False, *, compiler: str = "inductor", options: dict | None = None,
+            on_plan: Callable | None = None, **torch_compile_kwargs: Any):
+    """``torch.compile`` with remat choosing what the forward saves for the backward.
+
+    >>> import torch, remat
+    >>> f = remat.compile(lambda x: x.cos().cos(), compiler="eager")
+    >>> x = torch.randn(8, requires_grad=True)
+    >>> f(x).sum().backward()
+
+    ``solver``: ``"mincut"`` (remat's fusion-aware min cut), or the baselines
+    ``"torch-mincut"`` and ``"no-recompute"``. ``mode``: ``"conservative"`` (recompute only
+    fusible ops; best step time) or ``"aggressive"`` (recompute all but compute-intensive and
+    random ops; least memory). ``strict=True`` raises instead of falling back to PyTorch's
+    partitioner when remat cannot plan a graph. ``compiler="eager"`` skips kernel codegen
+    (fast to compile; for tests and inspection). ``options`` go to inductor's config;
+    other keyword arguments go to ``torch.compile`` (``fullgraph``, ``dynamic``, ...).
+    """
+    RematPartitioner(solver, mode, strict)  # validate the options now, not at the first call
+    backend = functools.partial(remat_backend, solver=solver, mode=mode, strict=strict,
+                                compiler=compiler, on_plan=on_plan, options=options)
+    return torch.compile(model_or_fn, backend=backend, **torch_compile_kwargs)
+
+
+def plan(model_or_fn: Callable, *example_inputs: Any, solver: str = "mincut",
+         mode: str = "conservative", strict: bool = True, **kwargs: Any) -> Plan:
+    """Plan a model's training step without compiling kernels; returns the :class:`Plan`.
+
+    For a module this is the joint graph of its forward with a tangent for its output,
+    exactly what ``torch.compile`` partitions (inductor's decompositions and joint passes).
+    The model runs its forward once on ``example_inputs``. A function's inputs must include
+    a tensor that requires grad.
+
+    >>> import torch, remat
+    >>> def f1(a, b, c, d):
+    ...     return (a + b + c + d).cos().cos()
+    >>> xs = [torch.randn(1024, requires_grad=True) for _ in range(4)]
+    >>> p = remat.plan(f1, *xs)
+    >>> [s.name for s in p.saved_activations]
+    ['add_2']
+    """
+    plans: list[Plan] = []
+    compiled = compile(model_or_fn, solver=solver, mode=mode, strict=strict, compiler="eager",
+                       on_plan=lambda g, p: plans.append(p), **kwargs)
+    torch._dynamo.reset()
+    try:
+        compiled(*example_inputs)
+    finally:
+        torch._dynamo.reset()
+    if not plans:
+        raise ValueError(
+            "no training graph was captured: make sure the model has parameters or an input "
+            "with requires_grad=True, and that it is not running under torch.no_grad()")
+    if len(plans) > 1:
+        warnings.warn(f"the model has {len(plans)} graphs (graph breaks); returning the plan of "
+                      "the first. Use remat.plan_all for all of them.", stacklevel=2)
+    return plans[0]
+
+
+def plan_all(model_or_fn: Callable, *example_inputs: Any, **kwargs: Any) -> list[Plan]:
+    """Like :func:`plan`, but one Plan per captured graph (one per graph break + 1)."""
+    plans: list[Plan] = []
+    kwargs.setdefault("strict", True)
+    compiled = compile(model_or_fn, compiler="eager", on_plan=lambda g, p: plans.append(p), **kwargs)
+    torch._dynamo.reset()
+    try:
+        compiled(*example_inputs)
+    finally:
+        torch._dynamo.reset()
+    return plans
+
+
+def register_backend() -> None:
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend as reg
+
+    if "remat" not in _BACKENDS:
+        reg(name="remat")(remat_backend)
