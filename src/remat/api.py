@@ -31,12 +31,19 @@ def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
     from torch._inductor.compile_fx import partition_fn
     from torch._inductor.decomposition import select_decomp_table
 
+    from torch._guards import detect_fake_mode
+    from torch._inductor.virtualized import V
+
     def nop(fx_g, _inputs):
         return make_boxed_func(fx_g.forward)
 
+    def partition(joint, joint_inputs, **kwargs):
+        # inductor's joint passes (random-op rewriting) read V.fake_mode, as under compile_fx
+        with V.set_fake_mode(detect_fake_mode(joint_inputs)):
+            return partition_fn(joint, joint_inputs, partitioner_fn_override=partitioner, **kwargs)
+
     return aot_autograd(
-        fw_compiler=nop, bw_compiler=nop, inference_compiler=nop,
-        partition_fn=functools.partial(partition_fn, partitioner_fn_override=partitioner),
+        fw_compiler=nop, bw_compiler=nop, inference_compiler=nop, partition_fn=partition,
         decompositions=select_decomp_table(), keep_inference_input_mutations=True,
     )(gm, example_inputs)
 
@@ -53,6 +60,7 @@ def remat_backend(gm: torch.fx.GraphModule, example_inputs, *, solver: str = "mi
     mode = options.pop("remat_mode", options.pop("mode", mode))
     strict = options.pop("strict", strict)
     compiler = options.pop("compiler", compiler)
+    on_plan = options.pop("on_plan", on_plan)
     part = RematPartitioner(solver, mode, strict, param_indices=_param_indices(gm), on_plan=on_plan,
                             solver_options=solver_options)
     if compiler == "eager":

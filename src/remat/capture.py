@@ -83,7 +83,7 @@ def _check_supported(node: fx.Node) -> None:
     if isinstance(target, torch._ops.HigherOrderOperator):
         raise UnsupportedGraphError(
             f"node {node.name!r} calls the higher-order op {target.name()!r}, whose subgraph remat "
-            "cannot plan yet; remove the region (e.g. torch.compiler.nested_compile_region) or use "
+            "cannot plan yet (torch.cond, while_loop, ...); rewrite the region without it or use "
             "strict=False to fall back to PyTorch's partitioner"
         )
     if not isinstance(target, torch._ops.OpOverload) and target not in _SIMPLE_BUILTINS:
@@ -141,10 +141,13 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     fwd_out = set(joint.fwd_outputs)
     bwd_out = set(joint.bwd_outputs)
     nodes: list[Node] = []
-    for node in joint.gm.graph.nodes:
+    graph_nodes = list(joint.gm.graph.nodes)
+    # report a higher-order op itself before the get_attr nodes that hold its subgraphs
+    for node in sorted(graph_nodes, key=lambda n: n.op != "call_function"):
+        _check_supported(node)
+    for node in graph_nodes:
         if node.op == "output":
             continue
-        _check_supported(node)
         val = node.meta.get("val")
         nbytes, shape, dtype, saveable = _value_info(val)
         category, fusible = categorize(node, ot)
