@@ -100,7 +100,8 @@ def gpt2_tiny(n_layer=2, n_embd=64, n_head=4, vocab=256, positions=64, dropout=0
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab, n_positions=positions,
-                     resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
+                     resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+                     bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(cfg)
     model.loss_type = "ForCausalLM"  # otherwise the loss breaks the graph
     return model
