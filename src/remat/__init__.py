@@ -9,8 +9,8 @@ min cut of Yu & He), and runs that plan inside ``torch.compile``::
     print(remat.plan(model, x))                 # what is saved, what is recomputed
     torch.compile(model, backend="remat")       # the same, as a dynamo backend
 
-The graph IR, the solvers and plans (``remat.graph``, ``remat.solvers``, ``remat.plan``)
-do not import torch; ``compile``/``plan`` (and importing ``remat`` itself) do.
+The graph IR, the solvers and plans (``remat.graph``, ``remat.solvers``, ``remat.plans``)
+do not import torch; ``compile``/``plan`` do.
 """
 
 from __future__ import annotations
@@ -34,11 +34,15 @@ def __getattr__(name: str):
 
 
 def _register() -> None:
-    try:
+    """Register ``backend="remat"`` now if torch is loaded; otherwise the package's
+    ``torch_dynamo_backends`` entry point registers it when torch looks the name up, so
+    that the torch-free layers (graph, solvers, plans) can be imported without torch."""
+    import sys
+
+    if "torch" in sys.modules:
         from .api import register_backend
-    except ImportError:  # torch missing: the torch-free layers still work
-        return
-    register_backend()
+
+        register_backend()
 
 
 _register()
