@@ -170,7 +170,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             role=role, bytes=nbytes, flops=_flops(node, numel) if node.op == "call_function" else 0.0,
             category=category, shape=shape, dtype=dtype, fusible=fusible,
             must_save=must_save,
-            must_recompute=(not must_save) and (must_recompute_tag(node) or not saveable),
+            must_recompute=(not must_save) and must_recompute_tag(node),
+            can_save=saveable,
             is_output=role == "forward" and node in fwd_out,
             backward_output=role == "forward" and node in bwd_out,
         ))

@@ -12,7 +12,7 @@ remat's format (version 1) is one JSON object::
 
 Required node keys: ``name``, ``op``, ``role``, ``inputs``, ``bytes``, ``flops``,
 ``category``. Optional: ``shape``, ``dtype``, ``cost``, ``fusible``, ``must_save``,
-``must_recompute``, ``is_output``, ``backward_output``, ``meta`` (free-form object). Nodes may
+``must_recompute``, ``can_save``, ``is_output``, ``backward_output``, ``meta`` (free-form object). Nodes may
 appear in any order; they are sorted topologically on load.
 """
 
@@ -30,8 +30,9 @@ from .graph import Graph, Node
 FORMAT = "remat.graph"
 VERSION = 1
 REQUIRED_KEYS = ("name", "op", "role", "inputs", "bytes", "flops", "category")
-OPTIONAL_KEYS = ("shape", "dtype", "cost", "fusible", "must_save", "must_recompute",
+OPTIONAL_KEYS = ("shape", "dtype", "cost", "fusible", "must_save", "must_recompute", "can_save",
                  "is_output", "backward_output", "meta")
+_BOOL_KEYS = ("fusible", "must_save", "must_recompute", "can_save", "is_output", "backward_output")
 
 
 def graph_to_dict(g: Graph) -> dict[str, Any]:
@@ -49,6 +50,8 @@ def graph_to_dict(g: Graph) -> dict[str, Any]:
         for flag in ("must_save", "must_recompute", "is_output", "backward_output"):
             if getattr(n, flag):
                 d[flag] = True
+        if not n.can_save:
+            d["can_save"] = False
         if n.meta:
             d["meta"] = n.meta
         nodes.append(d)
@@ -95,6 +98,11 @@ def _node_from_dict(d: Any, i: int, source: str) -> Node:
         raise GraphError(f"{where}: 'bytes' must be an integer, got {d['bytes']!r}")
     if not isinstance(d["flops"], (int, float)) or isinstance(d["flops"], bool):
         raise GraphError(f"{where}: 'flops' must be a number, got {d['flops']!r}")
+    for k in _BOOL_KEYS:
+        if k in d and not isinstance(d[k], bool) and not (k == "fusible" and d[k] is None):
+            raise GraphError(f"{where}: {k!r} must be true or false, got {d[k]!r}")
+    if "meta" in d and not isinstance(d["meta"], dict):
+        raise GraphError(f"{where}: 'meta' must be an object, got {d['meta']!r}")
     kwargs = {k: d[k] for k in REQUIRED_KEYS}
     kwargs["inputs"] = tuple(d["inputs"])
     for k in OPTIONAL_KEYS:
@@ -126,6 +134,10 @@ def load_graph(path: str | os.PathLike) -> Graph:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise GraphError(f"{p}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise GraphError(f"{p}: not a JSON text file (not UTF-8: {e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise GraphError(f"{p}: cannot read graph file ({e.strerror or e})") from None
     return graph_from_dict(data, str(p))
 
 
@@ -151,12 +163,25 @@ def _input_bytes_from_name(name: str) -> int:
     """Checkmate file names are MODEL_BATCH_H_W_C: the image batch is B*H*W*C float32."""
     nums = re.findall(r"_(\d+)", name)
     if len(nums) >= 4:
-        b, h, w, c = (int(x) for x in nums[:4])
+        b, h, w, c = (int(x) for x in nums[-4:])  # the model name may hold numbers: fcn_8_vgg
         return b * h * w * c * 4
     return 0
 
 
 def _from_node_link(data: dict, source: str) -> Graph:
+    try:
+        return _node_link_graph(data, source)
+    except GraphError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        what = f"missing key {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise GraphError(
+            f"{source}: malformed node-link graph ({what}); expected 'nodes' (objects with an "
+            "'id' or 'name') and 'links' (objects with 'source' and 'target')"
+        ) from None
+
+
+def _node_link_graph(data: dict, source: str) -> Graph:
     links = data.get("links", data.get("edges"))
     if isinstance(links, str) or not isinstance(data.get("nodes"), list) or not isinstance(links, list):
         raise GraphError(f"{source}: node-link graph must have lists 'nodes' and 'links'")

@@ -51,11 +51,9 @@ class Plan:
 
         saved = list(dict.fromkeys(saved))
         work = backward_work(g, saved)
-        entries = []
-        for s in saved:
-            n = g[s]
-            role = n.role if n.is_primal else "activation"
-            entries.append(SavedValue(s, n.shape, n.dtype, n.bytes, role))
+        nodes, index = g.nodes, g._index  # backward_work has checked every name
+        entries = [SavedValue(s, n.shape, n.dtype, n.bytes, n.role if n.is_primal else "activation")
+                   for s, n in zip(saved, [nodes[index[s]] for s in saved])]
         recomputed = set(work.recomputed)
         return cls(
             graph_name=g.name, solver=solver, options=dict(options or {}), saved=entries,

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Iterable
 
+import numpy as np
+
 from .graph import Graph
 
 
@@ -20,24 +22,34 @@ def required_forward(g: Graph) -> list[bool]:
 
     When no node is flagged ``is_output`` every forward node counts as required.
     """
-    outputs = [i for i, n in enumerate(g.nodes) if n.is_output and n.is_forward]
-    if not outputs:
-        return [n.is_forward for n in g.nodes]
-    req = [False] * len(g)
-    stack = list(outputs)
-    ins = g.input_indices
-    while stack:
-        i = stack.pop()
-        if req[i]:
-            continue
-        req[i] = True
-        stack.extend(j for j in ins[i] if not req[j] and g.nodes[j].is_forward)
+    return list(_required_forward(g))
+
+
+def _required_forward(g: Graph) -> list[bool]:
+    """:func:`required_forward`, computed once per graph (do not mutate the result)."""
+    return g._derived("required_forward", _compute_required_forward)
+
+
+def _compute_required_forward(g: Graph) -> list[bool]:
+    a = g._arrays
+    outputs = a.is_output & a.forward
+    if not outputs.any():
+        return a.forward.tolist()
+    # one sweep against the topological order: a forward node is required when a user is
+    req = outputs.tolist()
+    ptr, users = a.user_lists
+    for i in np.flatnonzero(a.forward & ~outputs)[::-1].tolist():
+        for u in users[ptr[i]:ptr[i + 1]]:
+            if req[u]:
+                req[i] = True
+                break
     return req
 
 
 def backward_demand(g: Graph) -> list[int]:
     """Indices the backward pass must have: backward nodes and forward ``backward_output``s."""
-    return [i for i, n in enumerate(g.nodes) if not n.is_forward or n.backward_output]
+    a = g._arrays
+    return np.flatnonzero(~a.forward | a.backward_output).tolist()
 
 
 @dataclass(frozen=True)
@@ -48,40 +60,43 @@ class BackwardWork:
 
 
 def backward_work(g: Graph, saved: Iterable[str]) -> BackwardWork:
-    """Forward nodes the backward must compute when ``saved`` crosses from the forward."""
-    saved_idx = {g.index(s) for s in saved}
-    req = required_forward(g)
-    ins = g.input_indices
-    seen: set[int] = set()
-    stack = backward_demand(g)
-    computed, missing = [], []
-    for i in stack:
-        seen.add(i)
-    while stack:
-        i = stack.pop()
-        for j in ins[i]:
-            if j in seen or j in saved_idx or not g.nodes[j].is_forward:
-                continue
-            seen.add(j)
-            if g.nodes[j].is_primal:
-                missing.append(j)
-                continue
-            computed.append(j)
-            stack.append(j)
+    """Forward nodes the backward must compute when ``saved`` crosses from the forward.
+
+    The backward starts from the backward nodes and the forward ``backward_output``s that
+    are not saved, and pulls in every forward value they read that is not saved: primal
+    inputs it would need are reported missing, the other values are computed.
+    """
+    index = g._index
+    saved_idx = [index[s] for s in saved]  # KeyError for an unknown name, like g.index
+    a = g._arrays
+    n = a.n
+    is_saved = np.zeros(n, dtype=bool)
+    is_saved[saved_idx] = True
+    demand = ~a.forward | a.backward_output
+    # a saved demand node (a forward backward_output) is read as is: its inputs are not needed
+    expanded = (demand & ~is_saved).tolist()
+    primal = a.primal
+    ptr, users = a.user_lists
+    reached = []
+    # one sweep against the topological order: a forward value is needed when a node the
+    # backward computes reads it (every user comes later in the order)
+    for j in np.flatnonzero(a.forward & ~demand & ~is_saved)[::-1].tolist():
+        for u in users[ptr[j]:ptr[j + 1]]:
+            if expanded[u]:
+                reached.append(j)
+                expanded[j] = True  # a primal has no inputs, so marking it changes nothing
+                break
+    needed = np.zeros(n, dtype=bool)
+    needed[reached] = True
     # forward nodes flagged backward_output that are not saved are computed in the backward too
-    for i in backward_demand(g):
-        n = g.nodes[i]
-        if n.is_forward and i not in saved_idx:
-            if n.is_primal:
-                missing.append(i)
-            else:
-                computed.append(i)
-    computed = sorted(set(computed))
-    name = lambda i: g.nodes[i].name  # noqa: E731
+    needed |= a.forward & a.backward_output & ~is_saved
+    names = a.names
+    computed = np.flatnonzero(needed & ~primal).tolist()
+    req = _required_forward(g)
     return BackwardWork(
-        computed=tuple(map(name, computed)),
-        recomputed=tuple(name(i) for i in computed if req[i]),
-        missing_inputs=tuple(map(name, sorted(set(missing)))),
+        computed=tuple([names[i] for i in computed]),
+        recomputed=tuple([names[i] for i in computed if req[i]]),
+        missing_inputs=tuple([names[i] for i in np.flatnonzero(needed & primal).tolist()]),
     )
 
 
@@ -93,8 +108,8 @@ def validity_errors(g: Graph, saved: Collection[str], banned: Collection[str]) -
             errors.append(f"saved value {s!r} is not a node of the graph")
         elif not g[s].is_forward:
             errors.append(f"saved value {s!r} is not computable in the forward pass (role {g[s].role})")
-        elif g[s].must_recompute:
-            errors.append(f"saved value {s!r} is flagged must_recompute (it cannot be saved)")
+        elif g[s].must_recompute or not g[s].can_save:
+            errors.append(f"saved value {s!r} cannot be saved (must_recompute or can_save=False)")
     if errors:
         return errors
     work = backward_work(g, saved)

@@ -34,7 +34,8 @@ class InfiniteCutError(Exception):
         self.path = path
 
 
-def _solve(n: int, tails: np.ndarray, heads: np.ndarray, caps: np.ndarray, s: int, t: int):
+def _solve(n: int, tails: np.ndarray, heads: np.ndarray, caps: np.ndarray, s: int, t: int,
+           sink_side: bool = False):
     finite = caps != INF
     total = int(caps[finite].sum()) if finite.any() else 0
     if total >= _INT64_SAFE:
@@ -54,6 +55,10 @@ def _solve(n: int, tails: np.ndarray, heads: np.ndarray, caps: np.ndarray, s: in
     flows = smf.flows(arcs)
     source = np.zeros(n, dtype=bool)
     source[np.asarray(smf.get_source_side_min_cut(), dtype=np.int64)] = True
+    if sink_side:
+        sink = np.zeros(n, dtype=bool)
+        sink[np.asarray(smf.get_sink_side_min_cut(), dtype=np.int64)] = True
+        return value, flows, real_caps, source, sink
     return value, flows, real_caps, source
 
 
@@ -64,6 +69,19 @@ def min_cut(n: int, tails, heads, caps, s: int, t: int) -> Cut:
     return Cut(source, int(value))
 
 
+def _tie_break_level(tb) -> np.ndarray:
+    """Tie-break prices as int64; prices too large for int64 sums are scaled down (only the
+    tie-break loses precision: the primary cut stays exact)."""
+    arr = np.asarray(tb)
+    if arr.dtype != object and (arr.size == 0 or int(np.abs(arr).max()) < 2**52):
+        return arr.astype(np.int64)
+    f = np.array([float(x) for x in arr.tolist()], dtype=np.float64)
+    total = float(np.abs(f).sum())
+    if total >= 2.0**58:
+        f *= 2.0**57 / total
+    return f.astype(np.int64)
+
+
 def lexicographic_min_cut(n: int, tails, heads, caps, *tie_breaks, s: int = 0, t: int = 1) -> Cut:
     """Among all minimum cuts for ``caps``, one that minimizes ``tie_breaks[0]``, then
     among those ``tie_breaks[1]``, and so on (capacities per arc, >= 0).
@@ -72,9 +90,64 @@ def lexicographic_min_cut(n: int, tails, heads, caps, *tie_breaks, s: int = 0, t
     minimum iff no residual arc leaves its source side (Picard-Queyranne). Each next
     max-flow keeps those residual arcs as infinite constraints and prices only the saturated
     arcs with the next objective, so a tie-break can never raise an earlier objective.
+    The result is the minimal source side among the lexicographically best cuts.
+
+    Each next max-flow runs on the undecided part only: every remaining candidate cut holds
+    the vertices reachable from ``s`` in the residual graph on its source side and those
+    that reach ``t`` on its sink side, so these are merged into ``s`` and ``t`` (arcs between
+    them are cut by every candidate and only add a constant).
+
+    >>> # two cuts of cost 2 (s->a, or a->t); the tie-break prices the second one lower
+    >>> cut = lexicographic_min_cut(3, [0, 2], [2, 1], [2, 2], [5, 1])
+    >>> cut.value, cut.secondary_value, cut.source_side.tolist()
+    (2, (1,), [True, False, True])
     """
     tails, heads, caps = (np.asarray(a, dtype=np.int64) for a in (tails, heads, caps))
-    levels = [np.asarray(tb, dtype=np.int64) for tb in tie_breaks]
+    levels = [_tie_break_level(tb) for tb in tie_breaks]
+    if any(int(np.maximum(level, 0).sum()) >= _INT64_SAFE // 4 for level in levels):
+        return _lexicographic_min_cut_scaled(n, tails, heads, caps, levels, s, t)
+    value, flows, real_caps, source, sink = _solve(n, tails, heads, caps, s, t, sink_side=True)
+    cut = Cut(source, int(value))
+    label = np.arange(n)  # original vertex -> vertex of the current (merged) network
+    origin = np.arange(len(tails))  # which input arc each arc of the current network prices
+    always_cut = np.zeros(0, dtype=np.int64)  # input arcs every remaining candidate cuts
+    secondary: tuple[int, ...] = ()
+    for level in levels:
+        undecided = ~source & ~sink
+        # the next network: residual arcs as infinite constraints, saturated arcs priced
+        forward_residual = flows < real_caps
+        backward_residual = flows > 0
+        saturated = ~forward_residual
+        c_tails = np.concatenate([tails[forward_residual], heads[backward_residual]])
+        c_heads = np.concatenate([heads[forward_residual], tails[backward_residual]])
+        p_tails, p_heads, p_origin = tails[saturated], heads[saturated], origin[saturated]
+        always_cut = np.concatenate([always_cut, p_origin[source[p_tails] & sink[p_heads]]])
+        # keep the arcs that some candidate cuts and some does not: they touch an undecided
+        # vertex, do not leave the sink part, and do not enter the source part
+        keep_c = (undecided[c_tails] | undecided[c_heads]) & ~sink[c_tails] & ~source[c_heads]
+        keep_p = (undecided[p_tails] | undecided[p_heads]) & ~sink[p_tails] & ~source[p_heads]
+        new_id = np.empty(len(source), dtype=np.int64)
+        new_id[source], new_id[sink] = 0, 1
+        n_undecided = int(undecided.sum())
+        new_id[undecided] = np.arange(2, 2 + n_undecided)
+        n_constraints = int(keep_c.sum())
+        tails = new_id[np.concatenate([c_tails[keep_c], p_tails[keep_p]])]
+        heads = new_id[np.concatenate([c_heads[keep_c], p_heads[keep_p]])]
+        origin = np.concatenate([np.full(n_constraints, -1), p_origin[keep_p]])
+        price = np.maximum(level[np.maximum(origin, 0)], 0)
+        caps2 = np.where(origin >= 0, price, INF)
+        label = new_id[label]
+        constant = int(np.maximum(level[always_cut], 0).sum())
+        value2, flows, real_caps, source, sink = _solve(2 + n_undecided, tails, heads, caps2, 0, 1,
+                                                        sink_side=True)
+        secondary += (constant + int(value2),)
+        cut = Cut(source[label], cut.value, secondary)
+    return cut
+
+
+def _lexicographic_min_cut_scaled(n, tails, heads, caps, levels, s, t) -> Cut:
+    """:func:`lexicographic_min_cut` on the whole network at every level, scaling a level's
+    capacities down when their sum nears the int64 range (then it is no longer exact)."""
     value, flows, real_caps, source = _solve(n, tails, heads, caps, s, t)
     cut = Cut(source, int(value))
     origin = np.arange(len(tails))  # which input arc each arc of the current network prices

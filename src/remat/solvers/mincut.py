@@ -19,10 +19,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import PlanError
-from ..graph import Graph
+from ..graph import CATEGORIES, Graph
 from ..plans import Plan
-from ..saved_set import backward_demand, required_forward
+from ..saved_set import _required_forward
 from .maxflow import INF, InfiniteCutError, lexicographic_min_cut, min_cut
 
 MODES = ("conservative", "aggressive")
@@ -43,62 +45,133 @@ class Analysis:
 
 
 def analyse(g: Graph, mode: str = "conservative") -> Analysis:
+    """Per-node facts of ``g`` for the cut: which forward values are required, which are
+    materialized anyway, their capacities, distances to the backward, and what is banned.
+
+    >>> from remat.examples import cos_cos_graph
+    >>> a = analyse(cos_cos_graph())
+    >>> a.ban, a.capacity[6]  # add_2: fusible with all its users, so saving it costs 2w
+    ({}, 8192)
+    """
+    facts, ban = _analyse(g, mode)
+    return Analysis(list(facts.required), facts.materialized.tolist(), facts.capacity.tolist(),
+                    ban, list(facts.dist))
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """The mode-independent part of :class:`Analysis`, as arrays (computed once per graph)."""
+
+    required: list[bool]
+    required_arr: np.ndarray
+    dist: list[int]
+    dist_arr: np.ndarray
+    materialized: np.ndarray
+    capacity: np.ndarray  # int64, or object when the graph's sizes are huge
+
+
+def _analyse(g: Graph, mode: str) -> tuple[_Facts, dict[str, str]]:
     if mode not in MODES:
         raise ValueError(f"unknown min-cut mode {mode!r}; use one of {MODES}")
-    nodes = g.nodes
-    users = g.user_indices
-    ins = g.input_indices
-    req = required_forward(g)
+    facts = g._derived("mincut_facts", _graph_facts)
+    code = _ban_codes(g, facts, mode)
+    reasons = (
+        None,
+        "flagged must_save",
+        "random op (recomputing it would draw fresh randomness)",
+        "compute-intensive op",
+        "not fusible (conservative mode recomputes only fusible ops)",
+        f"reduction with output over {REDUCTION_RATIO}x smaller than its inputs",
+        "materialized in the backward pass anyway",
+    )
+    names = g._arrays.names
+    idx = np.flatnonzero(code)
+    ban = {names[i]: reasons[c] for i, c in zip(idx.tolist(), code[idx].tolist())}
+    return facts, ban
 
-    dist = [0] * len(nodes)
-    for i in range(len(nodes) - 1, -1, -1):
-        if req[i]:
-            d = min((dist[u] + 1 for u in users[i]), default=10**9)
-            dist[i] = min(d, 10**9)
 
-    def fusible_with_users(i: int) -> bool:
-        return nodes[i].fusible and all(nodes[u].fusible for u in users[i])
+def _graph_facts(g: Graph) -> _Facts:
+    a = g._arrays
+    req = _required_forward(g)
+    req_arr = np.array(req, dtype=bool)
+    # distance to the backward: one sweep against the topological order (users come later);
+    # a required node's non-required users (backward nodes among them) are at distance 0
+    ptr, users = a.user_lists
+    big = 10**9
+    dist = [0] * a.n
+    for i in np.flatnonzero(req_arr)[::-1].tolist():
+        us = users[ptr[i]:ptr[i + 1]]
+        if us:
+            d = min(map(dist.__getitem__, us)) + 1
+            dist[i] = d if d < big else big
+        else:
+            dist[i] = big
+    # materialized: an input, an output, or a node that does not fuse with all of its users
+    non_fusible_user = np.zeros(a.n, dtype=bool)
+    non_fusible_user[a.user_src[~a.fusible[a.user_idx]]] = True
+    materialized = a.primal | a.is_output | ~a.fusible | non_fusible_user
+    capacity = np.where(materialized, a.bytes, 2 * a.bytes)
+    return _Facts(req, req_arr, dist, np.array(dist, dtype=np.int64), materialized, capacity)
 
-    materialized = [n.is_primal or n.is_output or not fusible_with_users(i) for i, n in enumerate(nodes)]
-    capacity = [n.bytes if materialized[i] else 2 * n.bytes for i, n in enumerate(nodes)]
 
-    def materialized_in_backward(i: int) -> bool:
-        # a user outside the forward pass that cannot fuse with it (looking through views)
-        todo, seen = [i], {i}
-        while todo:
-            cur = todo.pop()
-            for u in users[cur]:
-                if not req[u] and not (nodes[cur].fusible and nodes[u].fusible):
-                    return True
-                if nodes[u].category == "view" and u not in seen:
-                    seen.add(u)
-                    todo.append(u)
-        return False
+_RANDOM, _COMPUTE, _REDUCTION = (CATEGORIES.index(c) for c in ("random", "compute", "reduction"))
 
-    ban: dict[str, str] = {}
-    for i, n in enumerate(nodes):
-        if not n.is_forward or n.is_primal:
-            continue
-        reason = None
-        if n.must_save:
-            reason = "flagged must_save"
-        elif n.must_recompute or n.category == "view" or not req[i]:
-            reason = None
-        elif n.category == "random":
-            reason = "random op (recomputing it would draw fresh randomness)"
-        elif n.category == "compute":
-            reason = "compute-intensive op"
-        elif mode == "conservative":
-            in_bytes = sum(nodes[j].bytes for j in ins[i])
-            if not n.fusible:
-                reason = "not fusible (conservative mode recomputes only fusible ops)"
-            elif n.category == "reduction" and n.bytes * REDUCTION_RATIO < in_bytes:
-                reason = f"reduction with output over {REDUCTION_RATIO}x smaller than its inputs"
-            elif materialized_in_backward(i):
-                reason = "materialized in the backward pass anyway"
-        if reason:
-            ban[n.name] = reason
-    return Analysis(req, materialized, capacity, ban, dist)
+
+def _ban_codes(g: Graph, facts: _Facts, mode: str) -> np.ndarray:
+    """Per node, 0 (not banned) or the index of the reason it is banned (see ``_analyse``)."""
+    a = g._arrays
+    cat = a.category
+    code = np.zeros(a.n, dtype=np.int8)
+    candidate = a.forward & ~a.primal
+    code[candidate & a.must_save] = 1
+    is_random, is_compute = cat == _RANDOM, cat == _COMPUTE
+    # random ops are banned even when flagged must_recompute: fresh randomness is never allowed
+    code[candidate & ~a.must_save & facts.required_arr & is_random] = 2
+    rest = candidate & ~a.must_save & ~a.must_recompute & ~a.view & facts.required_arr
+    code[rest & ~is_random & is_compute] = 3
+    if mode != "conservative":
+        return code
+    rest &= ~is_random & ~is_compute
+    code[rest & ~a.fusible] = 4
+    rest &= a.fusible
+    reduction = rest & (cat == _REDUCTION)
+    if reduction.any():
+        input_bytes = a.bytes[a.in_idx]
+        cumulative = np.concatenate((np.zeros(1, dtype=input_bytes.dtype), np.cumsum(input_bytes)))
+        in_bytes = cumulative[a.in_ptr[1:]] - cumulative[a.in_ptr[:-1]]
+        reduction &= a.bytes * REDUCTION_RATIO < in_bytes
+        code[reduction] = 5
+        rest &= ~reduction
+    if rest.any():
+        code[rest & _materialized_in_backward(g, facts.required_arr)] = 6
+    return code
+
+
+def _materialized_in_backward(g: Graph, req: np.ndarray) -> np.ndarray:
+    """Per node: does a user outside the forward pass read it without fusing with it,
+    looking through views (a view's users count as the viewed node's users)?"""
+    a = g._arrays
+    src, dst = a.user_src, a.user_idx
+    direct = np.zeros(a.n, dtype=bool)
+    direct[src[~req[dst] & ~(a.fusible[src] & a.fusible[dst])]] = True
+    # close over chains of views, against the topological order
+    view_to_view = a.view[src] & a.view[dst]
+    if view_to_view.any():
+        closed = direct.tolist()
+        view = a.view.tolist()
+        ptr, users = a.user_lists
+        for v in np.unique(src[view_to_view])[::-1].tolist():
+            if not closed[v]:
+                for u in users[ptr[v]:ptr[v + 1]]:
+                    if view[u] and closed[u]:
+                        closed[v] = True
+                        break
+        through_view = np.array(closed, dtype=bool)
+    else:
+        through_view = direct
+    result = direct.copy()
+    result[src[a.view[dst] & through_view[dst]]] = True
+    return result
 
 
 @dataclass(frozen=True)
@@ -118,37 +191,93 @@ class FlowNetwork:
 
 
 def flow_network(g: Graph, a: Analysis) -> FlowNetwork:
-    nodes = g.nodes
-    tails: list[int] = []
-    heads: list[int] = []
-    caps: list[int] = []
-    sec: list[int] = []
-    mem: list[int] = []
-    demand = set(backward_demand(g))
-    users = g.user_indices
-    S, T = 0, 1
-    for i, node in enumerate(nodes):
-        vin, vout = 2 + 2 * i, 3 + 2 * i
-        if not node.is_forward:
-            tails.append(vin); heads.append(T); caps.append(INF); sec.append(0); mem.append(0)  # noqa: E702
-            continue
-        if node.is_primal or node.name in a.ban:
-            tails.append(S); heads.append(vin); caps.append(INF); sec.append(0); mem.append(0)  # noqa: E702
-        tails.append(vin)
-        heads.append(vout)
-        mem.append(0 if node.is_primal else node.bytes)
-        if node.must_recompute:
-            caps.append(INF)
-            sec.append(0)
-        else:
-            c = a.capacity[i]
-            caps.append(c)
-            sec.append(int(c * 1.1 ** max(min(a.dist_from_bw[i], _DIST_CAP), 1)))
-        if i in demand:
-            tails.append(vout); heads.append(T); caps.append(INF); sec.append(0); mem.append(0)  # noqa: E702
-        for u in users[i]:
-            tails.append(vout); heads.append(2 + 2 * u); caps.append(INF); sec.append(0); mem.append(0)  # noqa: E702
-    return FlowNetwork(2 + 2 * len(nodes), tails, heads, caps, mem, sec)
+    """G' for ``g`` with the capacities, distances and bans of ``a``.
+
+    >>> from remat.examples import cos_cos_graph
+    >>> g = cos_cos_graph(); net = flow_network(g, analyse(g))
+    >>> net.num_vertices, len(net.tails), net.tails[:3], net.heads[:3]
+    (34, 34, [0, 2, 3], [2, 3, 10])
+    """
+    index = g._index
+    banned_mask = np.zeros(len(g), dtype=bool)
+    banned_mask[[index[name] for name in a.ban if name in index]] = True
+    arcs = _flow_arrays(g, _int_array(a.capacity), _int_array(a.dist_from_bw), banned_mask)
+    return FlowNetwork(2 + 2 * len(g), *(x.tolist() for x in arcs))
+
+
+def _int_array(values) -> np.ndarray:
+    """int64 when every value is an int that fits, else an object array of the values as is."""
+    values = list(values)
+    if all(type(v) is int for v in values):
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _flow_arrays(g: Graph, capacity: np.ndarray, dist: np.ndarray, banned_mask: np.ndarray):
+    """(tails, heads, caps, memory, distance) of G' as arrays (int64; object for huge sizes),
+    in the arc order of Algorithm 1: per node in topological order, s->in (inputs and banned
+    nodes), in->out, out->t (values the backward must have), then out->in of each user; a
+    node outside the forward pass has only in->t."""
+    a = g._arrays
+    n = a.n
+    fw = a.forward
+    from_source = fw & (a.primal | banned_mask)
+    to_sink = fw & a.backward_output
+    n_users = np.diff(a.user_ptr)
+    count = np.where(fw, from_source.astype(np.int64) + 1 + to_sink + n_users, 1)
+    start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(count, out=start[1:])
+    m = int(start[-1])
+    start = start[:-1]
+    tails = np.empty(m, dtype=np.int64)
+    heads = np.empty(m, dtype=np.int64)
+    f = np.flatnonzero(fw)
+    cap_f = capacity[f]
+    weights = _distance_weights(cap_f, dist[f])
+    # sizes past int64 (see GraphArrays.bytes) stay Python ints; max-flow then refuses them
+    huge = capacity.dtype == object or a.bytes.dtype == object or weights.dtype == object
+    dtype = object if huge else np.int64
+    caps = np.full(m, INF, dtype=dtype)
+    memory = np.zeros(m, dtype=dtype)
+    distance = np.zeros(m, dtype=dtype)
+    vin = 2 + 2 * np.arange(n, dtype=np.int64)
+
+    p = start[~fw]
+    tails[p], heads[p] = vin[~fw], 1
+    p = start[from_source]
+    tails[p], heads[p] = 0, vin[from_source]
+    p = start[f] + from_source[f]
+    tails[p], heads[p] = vin[f], vin[f] + 1
+    recompute = a.cannot_save[f]
+    caps[p] = np.where(recompute, INF, cap_f)
+    memory[p] = np.where(a.primal[f], 0, a.bytes[f])
+    distance[p] = np.where(recompute, 0, weights)
+    d = np.flatnonzero(to_sink)
+    p = start[d] + from_source[d] + 1
+    tails[p], heads[p] = vin[d] + 1, 1
+    e = fw[a.user_src]  # user arcs leave forward nodes only
+    src = a.user_src[e]
+    rank = np.flatnonzero(e) - a.user_ptr[src]  # position among the node's users
+    p = start[src] + from_source[src] + 1 + to_sink[src] + rank
+    tails[p], heads[p] = 3 + 2 * src, vin[a.user_idx[e]]
+    return tails, heads, caps, memory, distance
+
+
+def _distance_weights(capacity: np.ndarray, dist: np.ndarray) -> np.ndarray:
+    """``int(c * 1.1 ** max(min(d, _DIST_CAP), 1))`` elementwise, bit-identical to Python."""
+    if len(capacity) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if capacity.dtype == np.int64 and dist.dtype == np.int64 and np.abs(capacity).max() < 2**49:
+        k = np.maximum(np.minimum(dist, _DIST_CAP), 1)
+        factors = np.array([1.1 ** j for j in range(int(k.max()) + 1)])
+        return (capacity.astype(np.float64) * factors[k]).astype(np.int64)  # truncates like int()
+    return np.array([int(c * 1.1 ** max(min(d, _DIST_CAP), 1))
+                     for c, d in zip(capacity.tolist(), dist.tolist())], dtype=object)
 
 
 def mincut(g: Graph, mode: str = "conservative", tie_break: bool = True) -> Plan:
@@ -159,47 +288,53 @@ def mincut(g: Graph, mode: str = "conservative", tie_break: bool = True) -> Plan
     ``tie_break`` prefers, among the cheapest cuts, values closest to the backward pass.
     """
     t0 = time.perf_counter()
-    a = analyse(g, mode)
-    net = flow_network(g, a)
+    facts, ban = _analyse(g, mode)
+    index = g._index
+    banned_mask = np.zeros(len(g), dtype=bool)
+    banned_mask[[index[name] for name in ban]] = True
+    tails, heads, caps, memory, distance = _flow_arrays(g, facts.capacity, facts.dist_arr, banned_mask)
+    num_vertices = 2 + 2 * len(g)
     t_build = time.perf_counter()
     nodes = g.nodes
     try:
         if tie_break:
-            cut = lexicographic_min_cut(net.num_vertices, net.tails, net.heads, net.caps,
-                                        net.memory, net.distance, s=0, t=1)
+            cut = lexicographic_min_cut(num_vertices, tails, heads, caps, memory, distance, s=0, t=1)
         else:
-            cut = min_cut(net.num_vertices, net.tails, net.heads, net.caps, 0, 1)
+            cut = min_cut(num_vertices, tails, heads, caps, 0, 1)
     except InfiniteCutError as e:
         names = list(dict.fromkeys(nodes[(v - 2) // 2].name for v in e.path if v >= 2))
         raise PlanError(
             "no valid saved set exists: the backward needs "
             + " -> ".join(names)
             + " but each of these is either banned from recomputation or flagged "
-            "must_recompute (cannot be saved). Clear one of those flags."
+            "cannot be saved (must_recompute, or can_save=False). Clear one of those flags."
         ) from None
     side = cut.source_side
-    saved = [nd.name for i, nd in enumerate(nodes)
-             if nd.is_forward and side[2 + 2 * i] and not side[3 + 2 * i]]
-    cost = sum(a.capacity[g.index(s)] for s in saved)
+    saved_idx = np.flatnonzero(g._arrays.forward & side[2::2] & ~side[3::2])
+    names = g._arrays.names
+    saved = [names[i] for i in saved_idx.tolist()]
+    cost = int(facts.capacity[saved_idx].sum())
     if cost != cut.value:
         raise AssertionError(f"min-cut bookkeeping: saved set costs {cost}, flow is {cut.value}")
     t_end = time.perf_counter()
     return Plan.from_saved_set(
         g, saved, solver="mincut", options={"mode": mode, "tie_break": tie_break},
-        cost=float(cost), solve_seconds=t_end - t0, banned=a.ban,
+        cost=float(cost), solve_seconds=t_end - t0, banned=ban,
         stats={"build_seconds": t_build - t0, "maxflow_seconds": t_end - t_build,
-               "flow_vertices": net.num_vertices, "flow_arcs": len(net.tails)},
+               "flow_vertices": num_vertices, "flow_arcs": len(tails)},
     )
 
 
 def cut_cost(g: Graph, saved, mode: str = "conservative") -> int:
     """The seeds' cost of a saved set: sum of w (materialized) or 2w over the saved nodes."""
-    a = analyse(g, mode)
-    return sum(a.capacity[g.index(s)] for s in saved)
+    if mode not in MODES:
+        raise ValueError(f"unknown min-cut mode {mode!r}; use one of {MODES}")
+    capacity = g._derived("mincut_facts", _graph_facts).capacity
+    return sum(int(capacity[g.index(s)]) for s in saved)
 
 
 def banned(g: Graph, mode: str = "conservative") -> dict[str, str]:
-    return analyse(g, mode).ban
+    return _analyse(g, mode)[1]
 
 
 __all__ = ["mincut", "analyse", "cut_cost", "banned", "MODES"]
