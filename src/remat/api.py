@@ -113,14 +113,7 @@ def plan(model_or_fn: Callable, *example_inputs: Any, solver: str = "mincut",
     >>> [s.name for s in p.saved_activations]
     ['add_2']
     """
-    plans: list[Plan] = []
-    compiled = compile(model_or_fn, solver=solver, mode=mode, strict=strict, compiler="eager",
-                       on_plan=lambda g, p: plans.append(p), **kwargs)
-    torch._dynamo.reset()
-    try:
-        compiled(*example_inputs)
-    finally:
-        torch._dynamo.reset()
+    plans = plan_all(model_or_fn, *example_inputs, solver=solver, mode=mode, strict=strict, **kwargs)
     if not plans:
         raise ValueError(
             "no training graph was captured: make sure the model has parameters or an input "

@@ -74,7 +74,7 @@ class RematPartitioner(CustomPartitionerFn):
             if self.solver in TORCH_PARTITIONERS:
                 return self._torch_baseline(gm, joint_inputs, backup, **kwargs)
             joint = tc.prepare_joint(gm, num_fwd_outputs, static)
-            graph = graph_from_joint(joint, self.param_indices, name=_graph_name(gm))
+            graph = graph_from_joint(joint, self.param_indices)
             options = {"mode": self.mode, **self.solver_options}
             plan = solve(graph, self.solver, **options)
             by_name = {n.name: n for n in joint.gm.graph.nodes}
@@ -102,8 +102,8 @@ class RematPartitioner(CustomPartitionerFn):
         fw, bw = TORCH_PARTITIONERS[self.solver](gm, joint_inputs, **kwargs)
         if self.on_plan is not None:
             joint = tc.prepare_joint(backup, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"))
-            graph = graph_from_joint(joint, self.param_indices, name=_graph_name(gm))
-            saved = [s for s in tc.saved_from_modules(fw, bw, num_fwd_outputs) if s in graph]
+            graph = graph_from_joint(joint, self.param_indices)
+            saved = [s for s in tc.saved_from_backward(bw) if s in graph]
             from .solvers.mincut import cut_cost
 
             plan = Plan.from_saved_set(graph, saved, solver=self.solver, options={},
@@ -112,6 +112,3 @@ class RematPartitioner(CustomPartitionerFn):
             self.on_plan(graph, plan)
         return fw, bw
 
-
-def _graph_name(gm: fx.GraphModule) -> str:
-    return getattr(gm, "_remat_name", None) or "joint"

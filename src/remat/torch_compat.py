@@ -136,9 +136,8 @@ def no_recompute(gm: fx.GraphModule, joint_inputs: Any, **kwargs) -> tuple[fx.Gr
     return P.default_partition(gm, joint_inputs, **kwargs)
 
 
-def saved_from_modules(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
+def saved_from_backward(bw: fx.GraphModule) -> list[str]:
     """Names of the values a partition saves: the backward's inputs that are not tangents."""
-    del fw, num_fwd_outputs
     return [p.name for p in bw.graph.find_nodes(op="placeholder")
             if not P._is_tangent(p) and not P._is_bwd_seed_offset(p) and not P._is_backward_state(p)]
 

@@ -69,16 +69,21 @@ def min_cut(n: int, tails, heads, caps, s: int, t: int) -> Cut:
     return Cut(source, int(value))
 
 
+_LEVEL_MAX_TOTAL = 2**58  # a level's prices sum below this, leaving room for its "infinity"
+
+
 def _tie_break_level(tb) -> np.ndarray:
-    """Tie-break prices as int64; prices too large for int64 sums are scaled down (only the
-    tie-break loses precision: the primary cut stays exact)."""
-    arr = np.asarray(tb)
-    if arr.dtype != object and (arr.size == 0 or int(np.abs(arr).max()) < 2**52):
-        return arr.astype(np.int64)
+    """Tie-break prices as int64 summing below ``_LEVEL_MAX_TOTAL``; larger prices are scaled
+    down (only that tie-break loses precision: the primary cut stays exact)."""
+    arr = np.maximum(np.asarray(tb), 0)
+    if arr.dtype != object and (arr.size == 0 or int(arr.max()) < 2**52):
+        arr = arr.astype(np.int64)
+        if int(arr.sum()) < _LEVEL_MAX_TOTAL:
+            return arr
     f = np.array([float(x) for x in arr.tolist()], dtype=np.float64)
-    total = float(np.abs(f).sum())
-    if total >= 2.0**58:
-        f *= 2.0**57 / total
+    total = float(f.sum())
+    if total >= _LEVEL_MAX_TOTAL:
+        f *= (_LEVEL_MAX_TOTAL // 2) / total
     return f.astype(np.int64)
 
 
@@ -104,8 +109,6 @@ def lexicographic_min_cut(n: int, tails, heads, caps, *tie_breaks, s: int = 0, t
     """
     tails, heads, caps = (np.asarray(a, dtype=np.int64) for a in (tails, heads, caps))
     levels = [_tie_break_level(tb) for tb in tie_breaks]
-    if any(int(np.maximum(level, 0).sum()) >= _INT64_SAFE // 4 for level in levels):
-        return _lexicographic_min_cut_scaled(n, tails, heads, caps, levels, s, t)
     value, flows, real_caps, source, sink = _solve(n, tails, heads, caps, s, t, sink_side=True)
     cut = Cut(source, int(value))
     label = np.arange(n)  # original vertex -> vertex of the current (merged) network
@@ -134,42 +137,14 @@ def lexicographic_min_cut(n: int, tails, heads, caps, *tie_breaks, s: int = 0, t
         tails = new_id[np.concatenate([c_tails[keep_c], p_tails[keep_p]])]
         heads = new_id[np.concatenate([c_heads[keep_c], p_heads[keep_p]])]
         origin = np.concatenate([np.full(n_constraints, -1), p_origin[keep_p]])
-        price = np.maximum(level[np.maximum(origin, 0)], 0)
+        price = level[np.maximum(origin, 0)]
         caps2 = np.where(origin >= 0, price, INF)
         label = new_id[label]
-        constant = int(np.maximum(level[always_cut], 0).sum())
+        constant = int(level[always_cut].sum())
         value2, flows, real_caps, source, sink = _solve(2 + n_undecided, tails, heads, caps2, 0, 1,
                                                         sink_side=True)
         secondary += (constant + int(value2),)
         cut = Cut(source[label], cut.value, secondary)
-    return cut
-
-
-def _lexicographic_min_cut_scaled(n, tails, heads, caps, levels, s, t) -> Cut:
-    """:func:`lexicographic_min_cut` on the whole network at every level, scaling a level's
-    capacities down when their sum nears the int64 range (then it is no longer exact)."""
-    value, flows, real_caps, source = _solve(n, tails, heads, caps, s, t)
-    cut = Cut(source, int(value))
-    origin = np.arange(len(tails))  # which input arc each arc of the current network prices
-    for level in levels:
-        forward_residual = flows < real_caps
-        backward_residual = flows > 0
-        saturated = ~forward_residual
-        t2 = np.concatenate([tails[forward_residual], heads[backward_residual], tails[saturated]])
-        h2 = np.concatenate([heads[forward_residual], tails[backward_residual], heads[saturated]])
-        sat_origin = origin[saturated]
-        priced = sat_origin >= 0
-        sec = np.where(priced, level[np.maximum(sat_origin, 0)], 0)
-        sec = np.maximum(sec, 0)
-        total = int(sec.sum())
-        if total >= _INT64_SAFE // 4:  # keep room for the derived "infinity"
-            sec = sec // (total // (_INT64_SAFE // 8) + 1)
-        n_constraints = int(forward_residual.sum() + backward_residual.sum())
-        caps2 = np.concatenate([np.full(n_constraints, INF, dtype=np.int64), sec])
-        tails, heads = t2, h2
-        origin = np.concatenate([np.full(n_constraints, -1), sat_origin])
-        value2, flows, real_caps, source = _solve(n, tails, heads, caps2, s, t)
-        cut = Cut(source, cut.value, (cut.secondary_value or ()) + (int(value2),))
     return cut
 
 
