@@ -114,6 +114,30 @@ def _value_info(val) -> tuple[int, tuple[int, ...] | None, str | None, bool]:
     return 0, None, None, val is not None
 
 
+def _memory_meta(node: fx.Node, val, aliases: dict[str, str]) -> dict:
+    """How a value holds memory: ``alias_of`` names the value whose storage a view shares
+    (followed to its root); ``container`` marks a tuple, whose items hold the memory."""
+    if node.op != "call_function":
+        return {}
+    src = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
+    base = None
+    if node.target is operator.getitem:
+        base = src if src is not None and src.name in aliases else None
+    else:
+        schema = getattr(node.target, "_schema", None)
+        if schema is not None and schema.returns and schema.arguments and src is not None:
+            ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
+            if ret is not None and arg is not None and not ret.is_write \
+                    and set(ret.before_set) & set(arg.before_set):
+                base = src
+    meta: dict = {}
+    if base is not None:
+        aliases[node.name] = meta["alias_of"] = aliases.get(base.name, base.name)
+    if isinstance(val, (tuple, list)):
+        meta["container"] = True
+    return meta
+
+
 def _flops(node: fx.Node, out_bytes_numel: int) -> float:
     from torch.utils.flop_counter import flop_registry
 
@@ -141,6 +165,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     fwd_out = set(joint.fwd_outputs)
     bwd_out = set(joint.bwd_outputs)
     nodes: list[Node] = []
+    aliases: dict[str, str] = {}
     graph_nodes = list(joint.gm.graph.nodes)
     # report a higher-order op itself before the get_attr nodes that hold its subgraphs
     for node in sorted(graph_nodes, key=lambda n: n.op != "call_function"):
@@ -163,6 +188,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             role = "backward" if node in joint.tangent_closure else "forward"
         must_save = role == "forward" and must_save_tag(node)
         numel = nbytes // val.element_size() if isinstance(val, torch.Tensor) else 0
+        meta = _memory_meta(node, val, aliases)
         nodes.append(Node(
             name=node.name,
             op=str(getattr(node.target, "__name__", node.target)) if node.op != "placeholder" else "placeholder",
@@ -172,7 +198,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             must_save=must_save,
             must_recompute=(not must_save) and must_recompute_tag(node),
             can_save=saveable,
-            is_output=role == "forward" and node in fwd_out,
+            is_output=(role == "forward" and node in fwd_out) or (role == "backward" and node in bwd_out),
             backward_output=role == "forward" and node in bwd_out,
+            meta=meta,
         ))
     return Graph(nodes, name=name)

@@ -57,7 +57,8 @@ class Node:
     recompute, e.g. user-tagged or effectful), ``must_recompute`` (the user asks that it be
     recomputed, never saved; lifts the bans except on random ops), ``can_save`` (False for values
     that cannot cross to the backward, such as a tuple whose items can; bans still apply), ``is_output``
-    (an output of the forward pass, so it is written to memory anyway) and
+    (an output of the step: on a forward node a forward output such as the loss, written to
+    memory anyway; on a backward node a gradient the backward returns) and
     ``backward_output`` (a gradient the backward returns that is computable from primals).
     """
 

@@ -1,0 +1,141 @@
+"""The cost model: what each op costs to compute and to move through memory.
+
+Two views of one step, both used by the simulator:
+
+- **additive** (Checkmate, seeds/001 Section 4.10): every op has a cost ``C_i`` and a schedule
+  costs the sum over its compute statements. ``C_i`` is the node's profiled ``cost`` when it
+  has one (Checkmate's graphs do), else a roofline time on a :class:`DeviceProfile`:
+  ``max(flops / peak_flops, (output + input bytes) / bandwidth)`` (each op its own kernel).
+- **fusion-aware traffic** (seeds/000 Section 3.2): fusible ops (pointwise, reduction, view)
+  fuse with their neighbours, so only *materialized* values cost memory traffic: written
+  once when computed and read once by each kernel that reads them. A value is materialized
+  when it is a primal, an output, not fusible, read by a non-fusible op, or read by the
+  backward. The predicted time is ``sum(flops) / peak_flops + traffic / bandwidth``, or the
+  additive cost when the graph carries profiled costs.
+
+The device numbers are settings: :func:`remat.calibrate.cpu_profile` measures this machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .graph import Graph
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    peak_flops: float  # FLOP/s reachable by large matmuls in the training dtype
+    bandwidth: float  # bytes/s of main memory
+    launch_seconds: float = 0.0  # fixed cost per kernel
+
+
+PROFILES = {
+    # datasheet numbers: dense TF32 tensor-core throughput and HBM bandwidth
+    "a100": DeviceProfile("a100", 156e12, 1.555e12, 4e-6),
+    "h100": DeviceProfile("h100", 378e12, 3.35e12, 4e-6),
+    "v100": DeviceProfile("v100", 15.7e12, 0.9e12, 4e-6),
+    # a 2-core x86 machine: ~50 GFLOP/s fp32 matmul, ~8 GB/s copy (remat.calibrate measures yours)
+    "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6),
+}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    device: DeviceProfile = PROFILES["cpu"]
+
+    def op_costs(self, g: Graph) -> list[float]:
+        """Additive cost ``C_i`` of computing each node once (0 for primals and tangents)."""
+        return g._derived(("op_costs", self.device), self._op_costs)
+
+    def op_traffic(self, g: Graph) -> list[int]:
+        """Fusion-aware bytes moved when each node is computed (0 for primals)."""
+        return g._derived("op_traffic", _op_traffic)
+
+    def uses_profiled_costs(self, g: Graph) -> bool:
+        return any(n.cost is not None for n in g.nodes if not n.is_primal)
+
+    def seconds(self, compute_cost: float, traffic_bytes: int, flops: float = 0.0,
+                kernels: int = 0, g: Graph | None = None) -> float:
+        """Predicted time of a schedule from the totals the simulator gathered."""
+        if g is not None and self.uses_profiled_costs(g):
+            return compute_cost
+        return (flops / self.device.peak_flops + traffic_bytes / self.device.bandwidth
+                + kernels * self.device.launch_seconds)
+
+    def _op_costs(self, g: Graph) -> list[float]:
+        a = g._arrays
+        ins = g.input_indices
+        dev = self.device
+        out = []
+        for i, n in enumerate(g.nodes):
+            if n.is_primal or n.role == "tangent" and not n.inputs:
+                out.append(0.0 if n.cost is None else float(n.cost))
+            elif n.cost is not None:
+                out.append(float(n.cost))
+            else:
+                moved = int(a.bytes[i]) + sum(int(a.bytes[j]) for j in ins[i])
+                out.append(max(n.flops / dev.peak_flops, moved / dev.bandwidth) + dev.launch_seconds)
+        return out
+
+
+def materialized(g: Graph) -> np.ndarray:
+    """Values written to memory even when every fusible op fuses (see the module docstring)."""
+    a = g._arrays
+    non_fusible_user = np.zeros(a.n, dtype=bool)
+    non_fusible_user[a.user_src[~a.fusible[a.user_idx]]] = True
+    crosses = np.zeros(a.n, dtype=bool)
+    crosses[a.user_src[~a.forward[a.user_idx]]] = True
+    crosses &= a.forward
+    return a.primal | a.is_output | a.backward_output | ~a.fusible | non_fusible_user | crosses
+
+
+def _op_traffic(g: Graph) -> list[int]:
+    a = g._arrays
+    mat = materialized(g)
+    ins = g.input_indices
+    sizes = a.bytes
+    out = []
+    for i in range(a.n):
+        if a.primal[i]:
+            out.append(0)
+            continue
+        t = int(sizes[i]) if mat[i] else 0
+        # a fusible op reads its materialized inputs; a non-fusible op reads all of them
+        t += sum(int(sizes[j]) for j in ins[i] if mat[j] or not a.fusible[i])
+        out.append(t)
+    return out
+
+
+def storage(g: Graph) -> tuple[list[int], list[int]]:
+    """``(owner, nbytes)``: the node whose storage each value lives in, and the bytes each
+    node's own storage holds. A view (``meta["alias_of"]``, set by capture) lives in its
+    base's storage; a tuple (``meta["container"]``) holds none of its own (its items do).
+    Graphs without these marks (Checkmate's) give every value its own storage."""
+    return g._derived("storage", _storage)
+
+
+def _storage(g: Graph) -> tuple[list[int], list[int]]:
+    owner = list(range(len(g)))
+    nbytes = [int(n.bytes) for n in g.nodes]
+    for i, n in enumerate(g.nodes):
+        base = n.meta.get("alias_of") if n.meta else None
+        if base is not None and base in g:
+            owner[i] = owner[g.index(base)]
+            nbytes[i] = 0
+        elif n.meta and n.meta.get("container"):
+            nbytes[i] = 0
+    return owner, nbytes
+
+
+def effective_bytes(g: Graph) -> list[int]:
+    """Bytes a value adds when it alone is resident: 0 for views and tuples. Solvers that
+    count memory per value (the MILP) use these; the simulator tracks storages exactly."""
+    return storage(g)[1]
+
+
+def default_cost_model() -> CostModel:
+    return CostModel()
