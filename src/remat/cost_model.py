@@ -9,8 +9,8 @@ Two views of one step, both used by the simulator:
 - **fusion-aware traffic** (seeds/000 Section 3.2): fusible ops (pointwise, reduction, view)
   fuse with their neighbours, so only *materialized* values cost memory traffic: written
   once when computed and read once by each kernel that reads them. A value is materialized
-  when it is a primal, an output, not fusible, read by a non-fusible op, or read by the
-  backward. The predicted time is ``sum(flops) / peak_flops + traffic / bandwidth``, or the
+  when it is a primal, an output, not fusible, read by a non-fusible op, or carried from the
+  forward into the backward. The predicted time is ``sum(flops) / peak_flops + traffic / bandwidth``, or the
   additive cost when the graph carries profiled costs.
 
 The device numbers are settings: :func:`remat.calibrate.cpu_profile` measures this machine.
@@ -51,10 +51,6 @@ class CostModel:
         """Additive cost ``C_i`` of computing each node once (0 for primals and tangents)."""
         return g._derived(("op_costs", self.device), self._op_costs)
 
-    def op_traffic(self, g: Graph) -> list[int]:
-        """Fusion-aware bytes moved when each node is computed (0 for primals)."""
-        return g._derived("op_traffic", _op_traffic)
-
     def uses_profiled_costs(self, g: Graph) -> bool:
         return any(n.cost is not None for n in g.nodes if not n.is_primal)
 
@@ -83,31 +79,13 @@ class CostModel:
 
 
 def materialized(g: Graph) -> np.ndarray:
-    """Values written to memory even when every fusible op fuses (see the module docstring)."""
+    """Values written to memory whatever the schedule: primals, outputs, values that are not
+    fusible or are read by a non-fusible op. The simulator adds the values a schedule
+    carries from the forward into the backward (saved values)."""
     a = g._arrays
     non_fusible_user = np.zeros(a.n, dtype=bool)
     non_fusible_user[a.user_src[~a.fusible[a.user_idx]]] = True
-    crosses = np.zeros(a.n, dtype=bool)
-    crosses[a.user_src[~a.forward[a.user_idx]]] = True
-    crosses &= a.forward
-    return a.primal | a.is_output | a.backward_output | ~a.fusible | non_fusible_user | crosses
-
-
-def _op_traffic(g: Graph) -> list[int]:
-    a = g._arrays
-    mat = materialized(g)
-    ins = g.input_indices
-    sizes = a.bytes
-    out = []
-    for i in range(a.n):
-        if a.primal[i]:
-            out.append(0)
-            continue
-        t = int(sizes[i]) if mat[i] else 0
-        # a fusible op reads its materialized inputs; a non-fusible op reads all of them
-        t += sum(int(sizes[j]) for j in ins[i] if mat[j] or not a.fusible[i])
-        out.append(t)
-    return out
+    return a.primal | a.is_output | a.backward_output | ~a.fusible | non_fusible_user
 
 
 def storage(g: Graph) -> tuple[list[int], list[int]]:

@@ -158,11 +158,12 @@ def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
                 continue
             stack.append((i, True))
             for j in reversed(ins[i]):
-                if not done[j] and not a.primal[j] and (not a.forward[j] or (j in bwd_work and not is_saved[j])):
+                held = is_saved[j] or (keep[j] and in_fwd[j])  # saved, or an output kept anyway
+                if not done[j] and not a.primal[j] and (not a.forward[j] or (j in bwd_work and not held)):
                     stack.append((j, False))
     # forward backward_outputs that are not saved are computed by the backward too
     for i in sorted(bwd_work):
-        if not done[i]:
+        if not done[i] and not (keep[i] and in_fwd[i]):
             done[i] = True
             bwd.append(i)
 

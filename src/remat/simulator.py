@@ -86,13 +86,19 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     peak, peak_at = mem, -1
     tl: list[int] = []
     op_cost = cm.op_costs(g)
-    traffic = cm.op_traffic(g)
+    fusible = a.fusible.tolist()
+    raw = a.bytes.tolist()  # traffic moves a view's own bytes; memory counts storages
+    forward = a.forward.tolist()
     flops = [n.flops for n in g.nodes]
     mat = materialized(g).tolist()
     compute_cost = 0.0
     traffic_total = 0
     flops_total = 0.0
     kernels = 0
+    backward = False  # the phase: the backward starts with the first non-forward compute
+    phase = [False] * a.n  # the phase each resident value was computed in
+    written = [False] * a.n  # the resident value has been written to memory
+    read_by_fused = [0] * a.n  # 1 + phase in which fused kernels have read the value
     n_computes = 0
     index = g._index
 
@@ -123,7 +129,21 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                     mem += sizes[o]
                 n_computes += 1
                 compute_cost += op_cost[i]
-                traffic_total += traffic[i]
+                backward = backward or not forward[i]
+                phase[i] = backward
+                written[i] = mat[i]
+                read_by_fused[i] = 0
+                traffic_total += raw[i] if mat[i] else 0
+                for j in ins[i]:
+                    crosses = not primal[j] and phase[j] != backward
+                    if crosses and not written[j]:  # a value saved for the backward
+                        written[j] = True
+                        traffic_total += raw[j]
+                    if not fusible[i]:
+                        traffic_total += raw[j]  # every non-fusible kernel reads its inputs
+                    elif (mat[j] or crosses) and read_by_fused[j] != 1 + backward:
+                        read_by_fused[j] = 1 + backward  # fused readers share one read per phase
+                        traffic_total += raw[j]
                 flops_total += flops[i]
                 kernels += mat[i]
                 if mem > peak:

@@ -316,6 +316,11 @@ def mincut(g: Graph, mode: str = "conservative", tie_break: bool = True) -> Plan
     cost = int(facts.capacity[saved_idx].sum())
     if cost != cut.value:
         raise AssertionError(f"min-cut bookkeeping: saved set costs {cost}, flow is {cut.value}")
+    # a cut may hold values nothing in the backward reads (unrequired or zero-cost ties): drop them
+    useful = _read_by_backward(g, saved)
+    if len(useful) < len(saved):
+        saved = useful
+        cost = int(sum(int(facts.capacity[g._index[s]]) for s in saved))
     t_end = time.perf_counter()
     return Plan.from_saved_set(
         g, saved, solver="mincut", options={"mode": mode, "tie_break": tie_break},
@@ -323,6 +328,20 @@ def mincut(g: Graph, mode: str = "conservative", tie_break: bool = True) -> Plan
         stats={"build_seconds": t_build - t0, "maxflow_seconds": t_end - t_build,
                "flow_vertices": num_vertices, "flow_arcs": len(tails)},
     )
+
+
+def _read_by_backward(g: Graph, saved: list[str]) -> list[str]:
+    """The saved values that the backward reads (or returns) when ``saved`` is the saved set."""
+    from ..saved_set import backward_work
+
+    work = backward_work(g, saved)
+    a = g._arrays
+    ins = g.input_indices
+    index = g._index
+    readers = np.flatnonzero(~a.forward | a.backward_output).tolist() + [index[c] for c in work.computed]
+    read = {j for i in readers for j in ins[i]}
+    demand = a.backward_output
+    return [s for s in saved if index[s] in read or demand[index[s]]]
 
 
 def cut_cost(g: Graph, saved, mode: str = "conservative") -> int:

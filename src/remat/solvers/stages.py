@@ -69,6 +69,13 @@ def _build(g: Graph) -> Staged:
     return Staged(g, order, pos, deps, users, kept)
 
 
+def held_matrix(st: Staged, S: np.ndarray) -> np.ndarray:
+    """``S`` as a boolean strictly lower triangular matrix, with values kept to the end
+    (outputs, gradients) held in every stage after their own."""
+    S = np.tril(np.asarray(S, dtype=bool), -1)
+    return S | np.tril(np.broadcast_to(st.kept[None, :], S.shape), -1)
+
+
 def solve_r(st: Staged, S: np.ndarray) -> np.ndarray:
     """The fewest computations that make checkpoint matrix ``S`` correct.
 
@@ -78,7 +85,7 @@ def solve_r(st: Staged, S: np.ndarray) -> np.ndarray:
     against the topological order, every input of a computed node that is not held (1b).
     """
     n = st.n
-    S = np.tril(np.asarray(S, dtype=bool), -1)
+    S = held_matrix(st, S)
     R = np.zeros((n, n), dtype=bool)
     deps = st.deps
     for t in range(n):
@@ -106,7 +113,7 @@ def schedule_from_rs(st: Staged, R: np.ndarray, S: np.ndarray, meta: dict | None
     """
     n = st.n
     R = np.asarray(R, dtype=bool)
-    S = np.tril(np.asarray(S, dtype=bool), -1)
+    S = held_matrix(st, S)
     names = st.names
     stmts: list[Statement] = []
     resident = np.zeros(n, dtype=bool)
