@@ -90,6 +90,14 @@ def kept_to_end(g: Graph) -> np.ndarray:
     return a.primal | a.is_output | a.backward_output
 
 
+def never_recomputed(g: Graph) -> np.ndarray:
+    """Nodes a schedule may compute only once: random ops (a second run would draw fresh
+    randomness) and nodes flagged ``must_save``."""
+    a = g._arrays
+    random = np.array([n.category == "random" for n in g.nodes], dtype=bool)
+    return (random | a.must_save) & ~a.primal
+
+
 def required_nodes(g: Graph) -> np.ndarray:
     """Nodes every schedule must compute at least once: the forward values the outputs need
     and every backward node (tangents included); primals are resident, not computed."""

@@ -30,7 +30,7 @@ import numpy as np
 from .cost_model import CostModel, default_cost_model, materialized, storage
 from .errors import PlanError
 from .graph import Graph
-from .schedule import Schedule, kept_to_end, required_nodes
+from .schedule import Schedule, kept_to_end, never_recomputed, required_nodes
 
 
 @dataclass
@@ -73,6 +73,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     owner, sizes = storage(g)
     primal = a.primal.tolist()
     keep = kept_to_end(g).tolist()
+    once = never_recomputed(g).tolist()
     resident = list(primal)
     # a storage is held while any value living in it is resident (a view keeps its base)
     refs = [0] * a.n
@@ -117,6 +118,9 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 err(f"statement {k}: {st}: inputs and parameters are resident, never computed")
             elif resident[i]:
                 err(f"statement {k}: {st}: value already resident (free it before recomputing)")
+            elif computed[i] and once[i]:
+                err(f"statement {k}: {st}: {g.nodes[i].name!r} may be computed only once "
+                    "(a random op would draw fresh randomness; or it is flagged must_save)")
             else:
                 missing = [g.nodes[j].name for j in ins[i] if not resident[j]]
                 if missing:

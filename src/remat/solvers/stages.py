@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph import Graph
-from ..schedule import Schedule, Statement, kept_to_end
+from ..schedule import Schedule, Statement, kept_to_end, never_recomputed
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Staged:
     deps: list[list[int]]  # stage numbers of each node's non-primal inputs
     users: list[list[int]]  # stage numbers of each node's users
     kept: np.ndarray  # bool per stage node: kept to the end (outputs, gradients)
+    once: np.ndarray  # bool per stage node: computed only once (random ops, must_save)
 
     @property
     def n(self) -> int:
@@ -66,7 +67,8 @@ def _build(g: Graph) -> Staged:
         for i in d:
             users[i].append(j)
     kept = kept_to_end(g)[order]
-    return Staged(g, order, pos, deps, users, kept)
+    once = never_recomputed(g)[order]
+    return Staged(g, order, pos, deps, users, kept, once)
 
 
 def held_matrix(st: Staged, S: np.ndarray) -> np.ndarray:
@@ -74,6 +76,21 @@ def held_matrix(st: Staged, S: np.ndarray) -> np.ndarray:
     (outputs, gradients) held in every stage after their own."""
     S = np.tril(np.asarray(S, dtype=bool), -1)
     return S | np.tril(np.broadcast_to(st.kept[None, :], S.shape), -1)
+
+
+def effective_s(st: Staged, R: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """The checkpoints a schedule really holds: :func:`held_matrix`, plus each value that may
+    be computed only once (random ops) held from its stage to the last stage that reads it
+    (and dropped after, so it is never re-established)."""
+    S = held_matrix(st, S)
+    R = np.asarray(R, dtype=bool)
+    for i in np.flatnonzero(st.once & ~st.kept).tolist():
+        users = st.users[i]
+        stages = np.flatnonzero(R[:, users].any(axis=1)) if users else np.zeros(0, dtype=np.int64)
+        last = int(stages.max()) if len(stages) else i
+        S[i + 1:last + 1, i] = True
+        S[last + 1:, i] = False
+    return S
 
 
 def solve_r(st: Staged, S: np.ndarray) -> np.ndarray:
@@ -88,12 +105,14 @@ def solve_r(st: Staged, S: np.ndarray) -> np.ndarray:
     S = held_matrix(st, S)
     R = np.zeros((n, n), dtype=bool)
     deps = st.deps
+    once = st.once
     for t in range(n):
         row = R[t]
         row[t] = True
+        # a value computed only once stays held while anything reads it (effective_s)
+        held = S[t] | (once & (np.arange(n) < t))
         if t + 1 < n:
-            row[: t + 1] |= S[t + 1, : t + 1] & ~S[t, : t + 1]
-        held = S[t]
+            row[: t + 1] |= S[t + 1, : t + 1] & ~held[: t + 1]
         for j in range(t, -1, -1):
             if row[j]:
                 for i in deps[j]:
@@ -113,7 +132,7 @@ def schedule_from_rs(st: Staged, R: np.ndarray, S: np.ndarray, meta: dict | None
     """
     n = st.n
     R = np.asarray(R, dtype=bool)
-    S = held_matrix(st, S)
+    S = effective_s(st, R, S)
     names = st.names
     stmts: list[Statement] = []
     resident = np.zeros(n, dtype=bool)
