@@ -51,7 +51,8 @@ def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
 def remat_backend(gm: torch.fx.GraphModule, example_inputs, *, solver: str = "mincut",
                   mode: str = "conservative", strict: bool = False, compiler: str = "inductor",
                   on_plan: Callable | None = None, options: dict | None = None,
-                  solver_options: dict | None = None, **_ignored):
+                  solver_options: dict | None = None, budget: str | float | None = None,
+                  time_limit: float | None = 60.0, **_ignored):
     """A dynamo backend: inductor (or, with ``compiler="eager"``, no codegen) with remat's
     partitioner. Registered as ``torch.compile(model, backend="remat")``; options for remat
     go in ``options={"solver": ..., "mode": ..., "strict": ...}`` there."""
@@ -61,8 +62,10 @@ def remat_backend(gm: torch.fx.GraphModule, example_inputs, *, solver: str = "mi
     strict = options.pop("strict", strict)
     compiler = options.pop("compiler", compiler)
     on_plan = options.pop("on_plan", on_plan)
+    budget = options.pop("budget", budget)
+    time_limit = options.pop("time_limit", time_limit)
     part = RematPartitioner(solver, mode, strict, param_indices=_param_indices(gm), on_plan=on_plan,
-                            solver_options=solver_options)
+                            solver_options=solver_options, budget=budget, time_limit=time_limit)
     if compiler == "eager":
         return _eager_compile(gm, example_inputs, part)
     if compiler != "inductor":
@@ -73,8 +76,10 @@ def remat_backend(gm: torch.fx.GraphModule, example_inputs, *, solver: str = "mi
 
 
 def compile(model_or_fn: Callable, solver: str = "mincut", mode: str = "conservative",
-            strict: bool = False, *, compiler: str = "inductor", options: dict | None = None,
-            on_plan: Callable | None = None, **torch_compile_kwargs: Any):
+            strict: bool = False, *, budget: str | float | None = None,
+            time_limit: float | None = 60.0, compiler: str = "inductor",
+            options: dict | None = None, on_plan: Callable | None = None,
+            **torch_compile_kwargs: Any):
     """``torch.compile`` with remat choosing what the forward saves for the backward.
 
     >>> import torch, remat
@@ -89,10 +94,20 @@ def compile(model_or_fn: Callable, solver: str = "mincut", mode: str = "conserva
     partitioner when remat cannot plan a graph. ``compiler="eager"`` skips kernel codegen
     (fast to compile; for tests and inspection). ``options`` go to inductor's config;
     other keyword arguments go to ``torch.compile`` (``fullgraph``, ``dynamic``, ...).
+
+    ``budget`` bounds the peak memory of each training step, inputs and parameters
+    included: bytes (``"6GiB"``, ``6e9``) or a fraction of the peak without recomputation
+    (``0.6``). remat then schedules with Checkmate's MILP (``solver="checkmate"``, for at
+    most ``time_limit`` seconds per graph), its LP rounding (``"checkmate-lp"``), a baseline
+    (``"chen-sqrtn"``, ``"chen-greedy"``, ``"griewank"``, ...) or, by default, the cheapest of
+    the MILP and the baselines; a budget nothing fits raises
+    :class:`remat.budgets.InfeasibleBudgetError` naming the smallest feasible budget found.
     """
-    RematPartitioner(solver, mode, strict)  # validate the options now, not at the first call
+    # validate the options now, not at the first call
+    RematPartitioner(solver, mode, strict, budget=budget, time_limit=time_limit)
     backend = functools.partial(remat_backend, solver=solver, mode=mode, strict=strict,
-                                compiler=compiler, on_plan=on_plan, options=options)
+                                compiler=compiler, on_plan=on_plan, options=options,
+                                budget=budget, time_limit=time_limit)
     return torch.compile(model_or_fn, backend=backend, **torch_compile_kwargs)
 
 

@@ -18,6 +18,7 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from . import torch_compat as tc
 from .capture import graph_from_joint
+from .budgets import InfeasibleBudgetError
 from .errors import RematError, UnsupportedGraphError
 from .graph import Graph
 from .plans import Plan
@@ -49,9 +50,20 @@ class RematPartitioner(CustomPartitionerFn):
 
     def __init__(self, solver: str = "mincut", mode: str = "conservative", strict: bool = False,
                  param_indices: Collection[int] = (), on_plan: Callable[[Graph, Plan], Any] | None = None,
-                 solver_options: dict | None = None) -> None:
-        if solver not in ALL_SOLVERS:
-            raise ValueError(f"unknown solver {solver!r}; choose one of {ALL_SOLVERS}")
+                 solver_options: dict | None = None, budget: str | float | None = None,
+                 time_limit: float | None = 60.0) -> None:
+        if budget is not None:
+            from .budgets import budget_solvers, parse_budget
+
+            parse_budget(budget)  # a clear error now for a malformed budget
+            if solver == "mincut":
+                solver = "auto"
+            names = ("auto", *budget_solvers())
+            if solver not in names:
+                raise ValueError(f"solver {solver!r} does not take a memory budget; choose one of {names}")
+        elif solver not in ALL_SOLVERS:
+            raise ValueError(f"unknown solver {solver!r}; choose one of {ALL_SOLVERS} "
+                             "(or pass budget= for the budgeted solvers)")
         if mode not in ("conservative", "aggressive"):
             raise ValueError(f"unknown mode {mode!r}; choose 'conservative' or 'aggressive'")
         self.solver = solver
@@ -61,10 +73,13 @@ class RematPartitioner(CustomPartitionerFn):
         self.on_plan = on_plan
         self.solver_options = dict(solver_options or {})
         self.fell_back: list[str] = []
+        self.budget = budget
+        self.time_limit = time_limit
 
     def uuid(self) -> str:
         opts = sorted(self.solver_options.items())
-        return f"remat-{_source_hash()}-{self.solver}-{self.mode}-{self.strict}-{opts}"
+        return (f"remat-{_source_hash()}-{self.solver}-{self.mode}-{self.strict}-{opts}"
+                f"-{self.budget}-{self.time_limit}")
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any):
         num_fwd_outputs = kwargs["num_fwd_outputs"]
@@ -75,6 +90,8 @@ class RematPartitioner(CustomPartitionerFn):
                 return self._torch_baseline(gm, joint_inputs, backup, **kwargs)
             joint = tc.prepare_joint(gm, num_fwd_outputs, static)
             graph = graph_from_joint(joint, self.param_indices)
+            if self.budget is not None:
+                return self._budgeted(joint, graph)
             options = {"mode": self.mode, **self.solver_options}
             plan = solve(graph, self.solver, **options)
             by_name = {n.name: n for n in joint.gm.graph.nodes}
@@ -83,6 +100,8 @@ class RematPartitioner(CustomPartitionerFn):
             if self.on_plan is not None:
                 self.on_plan(graph, plan)
             return fw, bw
+        except InfeasibleBudgetError:
+            raise  # the user asked for a bound remat cannot meet: say so, do not ignore it
         except Exception as e:  # noqa: BLE001 - every failure has the same safe answer
             reason = f"{type(e).__name__}: {e}"
             if self.strict:
@@ -96,6 +115,25 @@ class RematPartitioner(CustomPartitionerFn):
                     f"remat could not plan a graph ({reason}); using PyTorch's own partitioner for "
                     "it. Pass strict=True to raise instead.", RematFallbackWarning, stacklevel=2)
             return tc.torch_mincut(backup, joint_inputs, **kwargs)
+
+    def _budgeted(self, joint, graph):
+        from .budgets import plan_within
+        from .lowering import lower
+
+        result = plan_within(graph, self.budget, self.solver, time_limit=self.time_limit,
+                             **self.solver_options)
+        fw, bw, saved = lower(joint, result.schedule)
+        plan = Plan.from_saved_set(
+            graph, saved, solver=result.solver,
+            options={"budget": self.budget, "budget_bytes": int(result.budget), **self.solver_options},
+            cost=result.cost, solve_seconds=result.solve_seconds,
+            stats={"peak_bytes": result.peak_bytes, "status": result.status, "gap": result.gap,
+                   "schedule_recomputes": result.sim.recomputes if result.sim else None})
+        plan.graph = graph
+        plan.schedule = result.schedule
+        if self.on_plan is not None:
+            self.on_plan(graph, plan)
+        return fw, bw
 
     def _torch_baseline(self, gm, joint_inputs, backup, **kwargs):
         num_fwd_outputs = kwargs["num_fwd_outputs"]

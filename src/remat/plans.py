@@ -41,6 +41,8 @@ class Plan:
 
     graph = None
     """The :class:`~remat.graph.Graph` the plan was made for, when known (not serialized)."""
+    schedule = None
+    """The :class:`~remat.schedule.Schedule` a budgeted solver chose (serialized as a list)."""
 
     @classmethod
     def from_saved_set(cls, g: Graph, saved: Iterable[str], *, solver: str,
@@ -86,8 +88,11 @@ class Plan:
         d = asdict(self)
         d["saved"] = [{**asdict(s), "shape": list(s.shape) if s.shape is not None else None}
                       for s in self.saved]
-        return {"format": PLAN_FORMAT, "version": PLAN_VERSION,
-                "saved_activation_bytes": self.saved_activation_bytes, **d}
+        out = {"format": PLAN_FORMAT, "version": PLAN_VERSION,
+               "saved_activation_bytes": self.saved_activation_bytes, **d}
+        if self.schedule is not None:
+            out["schedule"] = self.schedule.to_list()
+        return out
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)

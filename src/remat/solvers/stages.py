@@ -1,7 +1,8 @@
 """Checkmate's staged view of a schedule (seeds/001 Sections 4.2-4.9).
 
 The nodes that a step computes (every node but the primal inputs and parameters, which
-are resident throughout) are numbered ``0..n-1`` in topological order. Stage ``t`` computes
+are resident throughout) are numbered ``0..n-1`` in topological order (tangents just
+before their first reader). Stage ``t`` computes
 node ``t`` (frontier-advancing, eq. 8a) after recomputing whatever it needs. Two boolean
 ``n x n`` matrices describe a schedule:
 
@@ -57,9 +58,20 @@ def staged(g: Graph) -> Staged:
 
 def _build(g: Graph) -> Staged:
     a = g._arrays
-    order = np.flatnonzero(~a.primal).tolist()
-    pos = {gi: t for t, gi in enumerate(order)}
+    # topological order, with each tangent placed just before its first reader (a joint
+    # graph lists tangents with the primals, but they arrive when the backward starts)
+    tangent = np.array([n.role == "tangent" for n in g.nodes], dtype=bool)
+    placed = np.zeros(a.n, dtype=bool)
     ins = g.input_indices
+    order: list[int] = []
+    for i in np.flatnonzero(~a.primal & ~tangent).tolist():
+        for j in ins[i]:
+            if tangent[j] and not placed[j]:
+                placed[j] = True
+                order.append(j)
+        order.append(i)
+    order += [j for j in np.flatnonzero(tangent & ~placed).tolist()]
+    pos = {gi: t for t, gi in enumerate(order)}
     deps = [[pos[j] for j in ins[gi] if j in pos] for gi in order]
     deps = [sorted(set(d)) for d in deps]
     users: list[list[int]] = [[] for _ in order]
@@ -69,6 +81,17 @@ def _build(g: Graph) -> Staged:
     kept = kept_to_end(g)[order]
     once = never_recomputed(g)[order]
     return Staged(g, order, pos, deps, users, kept, once)
+
+
+def lifetime_matrix(st: Staged, mask: np.ndarray | None = None) -> np.ndarray:
+    """``S`` holding each value (those in ``mask``; all by default) from its own stage
+    through its last reader's, and no longer: with every value held, no recomputation."""
+    n = st.n
+    S = np.zeros((n, n), dtype=bool)
+    for i in (range(n) if mask is None else np.flatnonzero(mask).tolist()):
+        last = max(st.users[i], default=i)
+        S[i + 1:last + 1, i] = True
+    return S
 
 
 def held_matrix(st: Staged, S: np.ndarray) -> np.ndarray:

@@ -1,0 +1,143 @@
+"""Lowering a Schedule to the forward and backward fx graphs that PyTorch compiles.
+
+The statements before the first backward op form the forward pass, the rest the backward.
+The values resident at that point which the backward reads before computing them again
+are the saved set; PyTorch's own extraction (:func:`remat.torch_compat.partition_with_saved`)
+builds the two modules' inputs and outputs from it, and their bodies are then rebuilt in
+statement order: a node computed again becomes a fresh copy, so every later reader uses
+the copy, and fx frees each value after its last use, as the schedule frees it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.fx as fx
+
+from . import torch_compat as tc
+from .errors import PlanError
+from .graph import Graph
+from .schedule import Schedule, Statement
+
+
+@dataclass(frozen=True)
+class Split:
+    forward: list[Statement]
+    backward: list[Statement]
+    saved: list[str]
+
+
+def split_schedule(schedule: Schedule) -> Split:
+    """Cut a schedule into forward and backward statements and find the saved set."""
+    g: Graph = schedule.graph
+    stmts = schedule.statements
+    cut = next((k for k, s in enumerate(stmts)
+                if s.op == "compute" and g[s.node].role == "backward"), len(stmts))
+    fw = [s for s in stmts[:cut] if not (s.op == "compute" and g[s.node].role == "tangent")]
+    bw = [s for s in stmts[cut:] if not (s.op == "compute" and g[s.node].role == "tangent")]
+    # tangents computed before the cut still belong to the backward
+    resident: set[str] = set()
+    for s in fw:
+        if s.op == "compute":
+            resident.add(s.node)
+        else:
+            resident.discard(s.node)
+    saved: list[str] = []
+    valid = set(resident)  # the forward's values still current in the backward
+    for s in bw:
+        if s.op == "free":
+            valid.discard(s.node)
+            continue
+        for i in g[s.node].inputs:
+            n = g[i]
+            if (i in valid or n.is_primal) and i not in saved and n.role != "tangent":
+                saved.append(i)
+        valid.discard(s.node)  # computed again in the backward: a new value
+    for n in g.nodes:  # forward values the backward returns as they are
+        if n.backward_output and n.name in resident and n.name not in saved:
+            saved.append(n.name)
+    fw, saved = _save_items_not_tuples(g, fw, saved)
+    return Split(fw, bw, saved)
+
+
+def _save_items_not_tuples(g: Graph, fw: list[Statement], saved: list[str]):
+    """A tuple cannot cross to the backward: save the items the backward reads instead
+    (computing them in the forward if the schedule did not)."""
+    fw = list(fw)
+    out: list[str] = []
+    computed = {s.node for s in fw if s.op == "compute"}
+    for name in saved:
+        if g[name].can_save or g[name].is_primal:
+            out.append(name)
+            continue
+        items = [u.name for u in g.users(name) if u.op == "getitem"]
+        if not items:
+            raise PlanError(f"schedule saves {name!r}, which cannot cross to the backward")
+        for it in items:
+            if it not in computed:
+                fw.append(Statement("compute", it))
+                computed.add(it)
+            if it not in out:
+                out.append(it)
+    return fw, out
+
+
+def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement]) -> fx.GraphModule:
+    """``gm``'s placeholders and output, with its body recomputed in ``stmts`` order.
+
+    A compute of a value that is current (a placeholder, or computed and not freed since)
+    is skipped; any other compute copies the joint graph's node with its inputs' current
+    versions. Nodes the output needs that no statement computes (symbolic sizes, RNG state
+    plumbing added by the extraction) are copied from ``gm`` on demand.
+    """
+    joint_nodes = {n.name: n for n in joint.graph.nodes}
+    own = {n.name: n for n in gm.graph.nodes}
+    new = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    current: set[str] = set()
+    for p in gm.graph.find_nodes(op="placeholder"):
+        env[p.name] = new.node_copy(p)
+        current.add(p.name)
+
+    def get(name: str) -> fx.Node:
+        if name in env:
+            return env[name]
+        node = own.get(name) or joint_nodes[name]
+        if node.op == "placeholder":
+            raise PlanError(f"lowered module reads {name!r}, which it does not receive")
+        copy = new.node_copy(node, lambda a: get(a.name))
+        env[name] = copy
+        current.add(name)
+        return copy
+
+    for s in stmts:
+        if s.op == "free":
+            current.discard(s.node)
+            continue
+        if s.node in current or s.node not in joint_nodes:
+            continue
+        jn = joint_nodes[s.node]
+        if jn.op == "placeholder":
+            continue
+        env.pop(s.node, None)
+        env[s.node] = new.node_copy(jn, lambda a: get(a.name))
+        current.add(s.node)
+    out = gm.graph.find_nodes(op="output")[0]
+    new.node_copy(out, lambda a: get(a.name))
+    new.eliminate_dead_code()
+    new.lint()
+    return fx.GraphModule(gm, new)
+
+
+def lower(joint: tc.JointInfo, schedule: Schedule) -> tuple[fx.GraphModule, fx.GraphModule, list[str]]:
+    """Forward and backward modules that run ``schedule``; also returns the saved names."""
+    split = split_schedule(schedule)
+    by_name = {n.name: n for n in joint.gm.graph.nodes}
+    missing = [s for s in split.saved if s not in by_name]
+    if missing:
+        raise PlanError(f"saved values {missing[:3]} are not in the joint graph")
+    fw, bw = tc.partition_with_saved(joint, [by_name[s] for s in split.saved])
+    fw = rebuild(fw, joint.gm, split.forward)
+    bw = rebuild(bw, joint.gm, split.backward)
+    return fw, bw, split.saved
+
