@@ -125,8 +125,10 @@ def _ban_codes(g: Graph, facts: _Facts, mode: str) -> np.ndarray:
     candidate = a.forward & ~a.primal
     code[candidate & a.must_save] = 1
     is_random, is_compute = cat == _RANDOM, cat == _COMPUTE
-    # random ops are banned even when flagged must_recompute: fresh randomness is never allowed
-    code[candidate & ~a.must_save & facts.required_arr & is_random] = 2
+    # random ops are banned even when flagged must_recompute: fresh randomness is never allowed.
+    # So is one the forward does not need: if something saved depends on it, the forward runs
+    # it, and the backward must then read that value rather than run it again
+    code[candidate & ~a.must_save & is_random] = 2
     rest = candidate & ~a.must_save & ~a.must_recompute & ~a.view & facts.required_arr
     code[rest & ~is_random & is_compute] = 3
     if mode != "conservative":

@@ -1,0 +1,132 @@
+"""Checkmate's baselines on Checkmate's graphs: the overhead-vs-memory curves (torch-free).
+
+For every graph in ``<shared>/data/checkmate_graphs`` (``$REMAT_SHARED_DIR`` or ``../shared``
+beside the repository) and every baseline of :data:`remat.solvers.baselines.BASELINES`, runs
+the baseline with no budget and collects every schedule it evaluated (one for
+checkpoint-all and sqrt(n); the whole ``b`` grid for Chen's greedy; every slot count for
+Griewank), each simulated: ``(peak bytes, cost overhead)`` with overhead = schedule cost /
+sum of op costs (every node computed once; Checkmate's profiled costs). These are the points
+of seeds/001 Figure 5; a budget ``B`` is served by the cheapest point with peak <= B.
+
+Prints a Markdown table: per baseline the number of points, the lowest peak reached (as a
+fraction of checkpoint-all's peak) and the overhead there, and the lowest overhead within
+budgets of 90%, 75% and 50% of checkpoint-all's peak ("-": no point fits). The curves go to
+JSON (default ``out/bench_baselines.json``, gitignored).
+
+    PYTHONPATH=src python benchmarks/bench_baselines.py
+    PYTHONPATH=src python benchmarks/bench_baselines.py --graphs VGG16 vgg_unet --json out/b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+from remat.cost_model import default_cost_model
+from remat.graph_io import load_graph
+from remat.solvers.baselines import BASELINES
+from remat.solvers.stages import staged
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("REMAT_SHARED_DIR", ROOT.parent / "shared"))
+GRAPH_DIR = SHARED / "data" / "checkmate_graphs"
+FRACTIONS = (0.9, 0.75, 0.5)
+
+
+def label(stem: str) -> str:
+    """``VGG16_256_224_224_3_train_nx`` -> ``VGG16``; ``random_layered_n100_w0.27...`` ->
+    ``random_layered_n100``."""
+    m = re.match(r"(.*?)_\d+_\d+_\d+_\d+_train", stem)
+    if m:
+        return m.group(1)
+    return stem.split("_w")[0]
+
+
+def op_cost_total(g) -> float:
+    costs = default_cost_model().op_costs(g)
+    return float(sum(costs[i] for i in staged(g).order))
+
+
+def run_graph(path: Path) -> dict:
+    g = load_graph(path)
+    total = op_cost_total(g)
+    out = {"graph": path.stem, "name": g.name, "nodes": len(g), "op_cost_total": total,
+           "baselines": {}}
+    for name, fn in BASELINES.items():
+        t0 = time.perf_counter()
+        r = fn(g)
+        seconds = time.perf_counter() - t0
+        assert r.sim is not None and r.sim.valid, (path.stem, name, r.message)
+        curve = r.details.get("curve") or [{
+            "param": r.details.get("param"), "n_checkpoints": len(r.details.get("checkpoints", [])),
+            "peak_bytes": r.peak_bytes, "cost": r.cost, "recomputes": r.sim.recomputes,
+            "valid": r.sim.valid}]
+        points = [{**p, "overhead": p["cost"] / total if total else 1.0} for p in curve]
+        assert all(p["valid"] for p in points), (path.stem, name)
+        out["baselines"][name] = {"candidates": r.details.get("candidates"),
+                                  "n_candidates": r.details.get("n_candidates"),
+                                  "seconds": seconds, "points": points}
+    return out
+
+
+def best_within(points: list[dict], budget: float) -> float | None:
+    fits = [p["overhead"] for p in points if p["peak_bytes"] <= budget]
+    return min(fits) if fits else None
+
+
+def markdown(results: list[dict]) -> str:
+    head = ("| graph | baseline | cands | points | min peak (x all) | overhead there | "
+            + " | ".join(f"best @{int(f * 100)}%" for f in FRACTIONS) + " | seconds |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for res in results:
+        ref = res["baselines"]["checkpoint-all"]["points"][0]["peak_bytes"]
+        for name, b in res["baselines"].items():
+            pts = b["points"]
+            low = min(pts, key=lambda p: (p["peak_bytes"], p["overhead"]))
+            cells = []
+            for f in FRACTIONS:
+                v = best_within(pts, f * ref)
+                cells.append("-" if v is None else f"{v:.3f}")
+            cand = b["candidates"] or "all"
+            if b["n_candidates"] is not None:
+                cand = f"{cand} ({b['n_candidates']})"
+            lines.append(f"| {label(res['graph'])} | {name} | {cand} | {len(pts)} | "
+                         f"{low['peak_bytes'] / ref:.3f} | {low['overhead']:.3f} | "
+                         + " | ".join(cells) + f" | {b['seconds']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--graphs", nargs="*", default=None,
+                    help="graph file stems or prefixes (default: all)")
+    ap.add_argument("--json", default=str(ROOT / "out" / "bench_baselines.json"))
+    args = ap.parse_args(argv)
+    paths = sorted(GRAPH_DIR.glob("*.json"))
+    if not paths:
+        print(f"no graphs under {GRAPH_DIR}", file=sys.stderr)
+        return 1
+    if args.graphs:
+        paths = [p for p in paths if any(p.stem.startswith(s) for s in args.graphs)]
+    results = []
+    for p in paths:
+        t0 = time.perf_counter()
+        results.append(run_graph(p))
+        print(f"{p.stem}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    print(markdown(results))
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"python": platform.python_version(), "machine": platform.machine(),
+                               "results": results}, indent=1) + "\n")
+    print(f"\nJSON: {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
