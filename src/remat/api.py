@@ -26,7 +26,6 @@ def _param_indices(gm: torch.fx.GraphModule) -> set[int]:
 
 def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
     """AOTAutograd with inductor's decompositions and joint passes, but no kernel codegen."""
-    from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._inductor.compile_fx import partition_fn
     from torch._inductor.decomposition import select_decomp_table
@@ -35,7 +34,13 @@ def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
     from torch._inductor.virtualized import V
 
     def nop(fx_g, _inputs):
-        return make_boxed_func(fx_g.forward)
+        # interpret the graph with the boxed convention, freeing each value (inputs included)
+        # after its last use, as inductor's code does: memory then follows the plan
+        def run(args):
+            return torch.fx.Interpreter(fx_g, garbage_collect_values=True).boxed_run(args)
+
+        run._boxed_call = True
+        return run
 
     def partition(joint, joint_inputs, **kwargs):
         # inductor's joint passes (random-op rewriting) read V.fake_mode, as under compile_fx

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.fx as fx
 
 from . import torch_compat as tc
@@ -82,7 +83,9 @@ def _save_items_not_tuples(g: Graph, fw: list[Statement], saved: list[str]):
     return fw, out
 
 
-def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement]) -> fx.GraphModule:
+def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement], *,
+            extra_inputs: list[str] = (), extra_outputs: list[str] = (),
+            num_fwd_outputs: int = 0) -> fx.GraphModule:
     """``gm``'s placeholders and output, with its body recomputed in ``stmts`` order.
 
     A compute of a value that is current (a placeholder, or computed and not freed since)
@@ -96,6 +99,16 @@ def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement]) -
     env: dict[str, fx.Node] = {}
     current: set[str] = set()
     for p in gm.graph.find_nodes(op="placeholder"):
+        if extra_inputs and tc.is_tangent_like(p):
+            # saved values PyTorch's extraction dropped (its own backward would not read
+            # them) go after the other saved values, before the tangents
+            for name in extra_inputs:
+                src = joint_nodes[name]
+                ph = new.placeholder(name)
+                ph.meta = dict(src.meta)
+                env[name] = ph
+                current.add(name)
+            extra_inputs = ()
         env[p.name] = new.node_copy(p)
         current.add(p.name)
 
@@ -123,7 +136,15 @@ def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement]) -
         env[s.node] = new.node_copy(jn, lambda a: get(a.name))
         current.add(s.node)
     out = gm.graph.find_nodes(op="output")[0]
-    new.node_copy(out, lambda a: get(a.name))
+    out_copy = new.node_copy(out, lambda a: get(a.name))
+    if extra_outputs:
+        values = list(out_copy.args[0])
+        saved = values[num_fwd_outputs:]
+        tensors = sum(1 for v in saved if isinstance(v, fx.Node)
+                      and isinstance(v.meta.get("val"), torch.Tensor))
+        at = num_fwd_outputs + tensors  # after the saved tensors, before saved symbolic sizes
+        values[at:at] = [get(n) for n in extra_outputs]
+        out_copy.args = (tuple(values),) + tuple(out_copy.args[1:])
     new.eliminate_dead_code()
     new.lint()
     return fx.GraphModule(gm, new)
@@ -137,7 +158,10 @@ def lower(joint: tc.JointInfo, schedule: Schedule) -> tuple[fx.GraphModule, fx.G
     if missing:
         raise PlanError(f"saved values {missing[:3]} are not in the joint graph")
     fw, bw = tc.partition_with_saved(joint, [by_name[s] for s in split.saved])
-    fw = rebuild(fw, joint.gm, split.forward)
-    bw = rebuild(bw, joint.gm, split.backward)
+    received = {p.name for p in bw.graph.find_nodes(op="placeholder")}
+    dropped = [s for s in split.saved if s not in received]
+    fw = rebuild(fw, joint.gm, split.forward, extra_outputs=dropped,
+                 num_fwd_outputs=joint.num_fwd_outputs)
+    bw = rebuild(bw, joint.gm, split.backward, extra_inputs=dropped)
     return fw, bw, split.saved
 

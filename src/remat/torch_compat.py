@@ -142,6 +142,11 @@ def saved_from_backward(bw: fx.GraphModule) -> list[str]:
             if not P._is_tangent(p) and not P._is_bwd_seed_offset(p) and not P._is_backward_state(p)]
 
 
+def is_tangent_like(p: fx.Node) -> bool:
+    """A backward placeholder that is not a saved value: a tangent, an RNG offset or state."""
+    return P._is_tangent(p) or P._is_bwd_seed_offset(p) or P._is_backward_state(p)
+
+
 def op_types():
     return P.get_default_op_list()
 

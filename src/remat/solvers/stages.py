@@ -59,17 +59,31 @@ def staged(g: Graph) -> Staged:
 def _build(g: Graph) -> Staged:
     a = g._arrays
     # topological order, with each tangent placed just before its first reader (a joint
-    # graph lists tangents with the primals, but they arrive when the backward starts)
+    # graph lists tangents with the primals, but they arrive when the backward starts) and
+    # each forward value nothing reads (a side effect such as a running-stat update, which
+    # PyTorch runs in the forward) right after its inputs
     tangent = np.array([n.role == "tangent" for n in g.nodes], dtype=bool)
-    placed = np.zeros(a.n, dtype=bool)
+    n_users = np.diff(a.user_ptr)
+    sink = a.forward & ~a.primal & (n_users == 0)
     ins = g.input_indices
-    order: list[int] = []
-    for i in np.flatnonzero(~a.primal & ~tangent).tolist():
+    ready: dict[int, list[int]] = {}
+    for i in np.flatnonzero(sink).tolist():
+        after = max((j for j in ins[i] if not a.primal[j]), default=-1)
+        ready.setdefault(after, []).append(i)
+    placed = np.zeros(a.n, dtype=bool)
+    order: list[int] = list(ready.pop(-1, []))
+
+    def place(i: int) -> None:
         for j in ins[i]:
             if tangent[j] and not placed[j]:
                 placed[j] = True
                 order.append(j)
         order.append(i)
+        for k in ready.pop(i, ()):
+            place(k)
+
+    for i in np.flatnonzero(~a.primal & ~tangent & ~sink).tolist():
+        place(i)
     order += [j for j in np.flatnonzero(tangent & ~placed).tolist()]
     pos = {gi: t for t, gi in enumerate(order)}
     deps = [[pos[j] for j in ins[gi] if j in pos] for gi in order]
