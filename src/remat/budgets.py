@@ -33,6 +33,10 @@ BUDGET_SOLVERS: dict[str, tuple[str, str]] = {
 """Budgeted solver name -> (module, function); the baselines register from their module."""
 
 
+AUTO_BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "griewank")
+"""What ``solver="auto"`` tries beside the MILP (in case it finds nothing in its time limit)."""
+
+
 class InfeasibleBudgetError(RematError):
     """No schedule remat found fits the budget; the message states the smallest that did."""
 
@@ -130,13 +134,13 @@ def plan_within(g: Graph, budget: str | float | int, solver: str = "auto", *,
     """The cheapest schedule ``solver`` finds within ``budget`` (see the module docstring).
 
     ``solver="auto"`` runs Checkmate's MILP for ``time_limit`` seconds and keeps the best of
-    it and the baselines. Raises :class:`InfeasibleBudgetError` when nothing fits.
+    it and the baselines in :data:`AUTO_BASELINES`. Raises :class:`InfeasibleBudgetError` when nothing fits.
     """
     limit = resolve_budget(g, budget)
     solvers = budget_solvers()
     if solver != "auto" and solver not in solvers:
         raise ValueError(f"unknown budgeted solver {solver!r}; choose 'auto' or one of {sorted(solvers)}")
-    names = ["checkmate", *[b for b in solvers if b not in BUDGET_SOLVERS]] if solver == "auto" else [solver]
+    names = ["checkmate", *AUTO_BASELINES] if solver == "auto" else [solver]
     tried: list[BudgetResult] = []
     for name in names:
         kwargs = dict(options)

@@ -31,6 +31,7 @@ class DeviceProfile:
     peak_flops: float  # FLOP/s reachable by large matmuls in the training dtype
     bandwidth: float  # bytes/s of main memory
     launch_seconds: float = 0.0  # fixed cost per kernel
+    conv_workspace: float = 0.0  # transient bytes of a convolution, as a multiple of its output
 
 
 PROFILES = {
@@ -39,7 +40,9 @@ PROFILES = {
     "h100": DeviceProfile("h100", 378e12, 3.35e12, 4e-6),
     "v100": DeviceProfile("v100", 15.7e12, 0.9e12, 4e-6),
     # a 2-core x86 machine: ~50 GFLOP/s fp32 matmul, ~8 GB/s copy (remat.calibrate measures yours)
-    "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6),
+    # (measured here: a CPU convolution allocates one more buffer of its output's size
+    # while it runs, its backward one of grad_output's)
+    "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6, conv_workspace=1.0),
 }
 
 
@@ -50,6 +53,21 @@ class CostModel:
     def op_costs(self, g: Graph) -> list[float]:
         """Additive cost ``C_i`` of computing each node once (0 for primals and tangents)."""
         return g._derived(("op_costs", self.device), self._op_costs)
+
+    def workspace(self, g: Graph) -> list[int]:
+        """Transient bytes an op holds while it runs, beyond its inputs and output."""
+        return g._derived(("workspace", self.device), self._workspace)
+
+    def _workspace(self, g: Graph) -> list[int]:
+        f = self.device.conv_workspace
+        out = [0] * len(g)
+        if f:
+            for i, n in enumerate(g.nodes):
+                if n.op.startswith("convolution_backward"):
+                    out[i] = int(f * g[n.inputs[0]].bytes) if n.inputs else 0
+                elif n.op.startswith("convolution"):
+                    out[i] = int(f * n.bytes)
+        return out
 
     def uses_profiled_costs(self, g: Graph) -> bool:
         return any(n.cost is not None for n in g.nodes if not n.is_primal)

@@ -87,6 +87,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     peak, peak_at = mem, -1
     tl: list[int] = []
     op_cost = cm.op_costs(g)
+    work = cm.workspace(g)  # transient bytes while an op runs
     fusible = a.fusible.tolist()
     raw = a.bytes.tolist()  # traffic moves a view's own bytes; memory counts storages
     forward = a.forward.tolist()
@@ -150,8 +151,8 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                         traffic_total += raw[j]
                 flops_total += flops[i]
                 kernels += mat[i]
-                if mem > peak:
-                    peak, peak_at = mem, k
+                if mem + work[i] > peak:
+                    peak, peak_at = mem + work[i], k
         elif st.op == "free":
             if primal[i] or keep[i]:
                 err(f"statement {k}: {st}: {g.nodes[i].role} values and outputs are kept to the end")
