@@ -138,3 +138,20 @@ def test_inductor_mask_and_mlp_gradients():
     _loss(remat.compile(test_model, strict=True)(*inputs)).backward()
     for n, p in test_model.named_parameters():
         torch.testing.assert_close(p.grad, expected[n], rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_shapes_plan_with_the_compiled_sizes_and_train_correctly():
+    torch.manual_seed(0)
+    model = M.MLP()
+    plans = []
+    compiled = remat.compile(copy.deepcopy(model), compiler="eager", strict=True, dynamic=True,
+                             on_plan=lambda g, p: plans.append(p))
+    for batch in (16, 24, 40):
+        x = torch.randn(batch, 32)
+        ref = copy.deepcopy(model)
+        _loss(ref(x)).backward()
+        test_model = compiled._orig_mod if hasattr(compiled, "_orig_mod") else None
+        out = compiled(x)
+        torch.testing.assert_close(out, ref(x), rtol=1e-5, atol=1e-6)
+    assert plans, "no graph was planned"
+    assert all(p.saved_activation_bytes > 0 for p in plans)

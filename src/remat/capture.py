@@ -94,13 +94,26 @@ def _check_supported(node: fx.Node) -> None:
             )
 
 
+def _hint(x) -> int:
+    """A symbolic size's value for the shapes being compiled (planning uses these)."""
+    from torch.fx.experimental import symbolic_shapes as ss
+
+    for name in ("optimization_hint", "guarding_hint_or_throw", "size_hint", "hint_int"):
+        fn = getattr(ss, name, None)  # the name changes between torch releases
+        if fn is not None:
+            try:
+                return int(fn(x))
+            except Exception:  # noqa: BLE001 - try the next spelling
+                continue
+    return int(x.node.hint)
+
+
 def _value_info(val) -> tuple[int, tuple[int, ...] | None, str | None, bool]:
     """(bytes, shape, dtype, saveable) of a node's meta value."""
     if isinstance(val, torch.Tensor):
         numel = val.numel()
         if not isinstance(numel, int):  # symbolic size: plan with the hint of the first shapes
-            from torch.fx.experimental.symbolic_shapes import size_hint
-            numel = size_hint(numel)
+            numel = _hint(numel)
         nbytes = int(numel) * val.element_size()
         shape = tuple(int(s) if isinstance(s, int) else -1 for s in val.shape)
         return nbytes, shape, str(val.dtype).removeprefix("torch."), True
