@@ -150,7 +150,6 @@ def test_dynamic_shapes_plan_with_the_compiled_sizes_and_train_correctly():
         x = torch.randn(batch, 32)
         ref = copy.deepcopy(model)
         _loss(ref(x)).backward()
-        test_model = compiled._orig_mod if hasattr(compiled, "_orig_mod") else None
         out = compiled(x)
         torch.testing.assert_close(out, ref(x), rtol=1e-5, atol=1e-6)
     assert plans, "no graph was planned"
