@@ -1,4 +1,5 @@
-"""The ``remat`` command line: ``remat demo``, ``remat plan GRAPH.json``, ``remat capture``."""
+"""The ``remat`` command line: ``remat demo``, ``remat plan GRAPH.json [--budget B]``,
+``remat sweep GRAPH.json``, ``remat capture``, ``remat bench``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ def cmd_plan(args) -> int:
     from .graph_io import load_graph
     from .solvers import solve
 
+    if args.budget is not None:
+        from .cli_budget import cmd_plan_budget
+
+        args.solver = args.solver or "checkmate"
+        return cmd_plan_budget(args)
+    args.solver = args.solver or "mincut"
+    if args.solver != "mincut":
+        raise SystemExit(f"remat plan: solver {args.solver!r} needs --budget (only mincut plans without one)")
     graph = load_graph(args.graph)
     options = {"mode": args.mode} if args.solver == "mincut" else {}
     plan = solve(graph, args.solver, **options)
@@ -104,16 +113,59 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    """``remat bench``: the zoo's models x methods, measured side by side (remat.bench.runner)."""
+    import time
+
+    from rich.console import Console
+
+    from .bench import report
+    from .bench.runner import run
+
+    if args.out is None:
+        args.out = Path("out") / f"bench-{args.size}-{args.device}"
+    t0 = time.perf_counter()
+    records = run(args.models, args.size, args.methods, device=args.device, out_dir=args.out,
+                  repeats=args.repeats, compiler=args.compiler, resume=not args.no_resume,
+                  progress=not args.no_progress, batch=args.batch, kernel_cache=not args.no_kernel_cache,
+                  threads=args.threads)
+    elapsed = time.perf_counter() - t0
+    if args.plot:
+        from .bench.plots import plot_all
+
+        plot_all(records, args.out)
+    wanted = set(args.size.split(","))
+    shown = [r for r in records if r.get("size") in wanted and r.get("device") == args.device]
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(report.rich_table(shown, title=f"remat bench ({args.size}, {args.device}, "
+                                                 f"compiler {args.compiler}): {args.out}"))
+    from .bench.fidelity import fidelity
+
+    f = fidelity(shown)
+    fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
+    _console().print(f"fidelity: Spearman peak {fmt(f['peak']['spearman'])}, step time "
+                     f"{fmt(f['step']['spearman'])}; {len(f['findings'])} predictions off by more "
+                     f"than {f['tolerance'] * 100:.0f}% (see {args.out / 'fidelity.md'}); "
+                     f"took {elapsed:.0f} s")
+    failed = [r for r in shown if r.get("status") != "ok"]
+    return 1 if failed and len(failed) == len(shown) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="remat", description=__import__("remat").__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plan", help="plan a saved graph (remat JSON or a Checkmate graph)")
     p.add_argument("graph", help="graph file: remat.graph JSON or Checkmate node-link JSON")
-    p.add_argument("--solver", default="mincut", choices=["mincut"])
+    p.add_argument("--solver", default=None,
+                   help="mincut (default), or with --budget: checkmate, checkmate-lp, checkpoint-all, "
+                        "chen-sqrtn, chen-greedy, griewank (and their -ap/-linearized variants)")
     p.add_argument("--mode", default="conservative", choices=["conservative", "aggressive"])
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=cmd_plan)
+    from .cli_budget import add_parsers
+
+    add_parsers(sub, p)
 
     c = sub.add_parser("capture", help="write a built-in example model's joint graph to JSON")
     c.add_argument("--model", default="mlp", choices=CAPTURE_MODELS)
@@ -129,6 +181,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'eager' skips kernel codegen (fast; times are then not meaningful)")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", help="benchmark the model zoo: every method side by side, measured and predicted")
+    b.add_argument("--models", default="all", help="'all' or comma-separated zoo names (e.g. cos-cos,gpt2)")
+    b.add_argument("--size", default="tiny", help="tiny, small or full (comma-separated for several)")
+    b.add_argument("--methods", default="all", help="'all' or comma-separated methods (eager,compile,"
+                   "no-recompute,checkpoint,remat-conservative,remat-aggressive,remat:<solver>...)")
+    b.add_argument("--device", default="cpu", help="cpu or cuda")
+    b.add_argument("--out", type=Path, default=None, help="output folder (default out/bench-SIZE-DEVICE)")
+    b.add_argument("--plot", action="store_true", help="write plots under OUT/plots")
+    b.add_argument("--repeats", type=int, default=None, help="timed rounds per method (default by size)")
+    b.add_argument("--batch", type=int, default=None, help="batch size (default: the zoo's for the size)")
+    b.add_argument("--compiler", default="inductor", choices=["inductor", "eager"],
+                   help="'eager' skips kernel codegen (fast; times are then not meaningful)")
+    b.add_argument("--no-resume", action="store_true", help="re-run records already ok in OUT/results.json")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    b.add_argument("--no-kernel-cache", action="store_true",
+                   help="turn off inductor's kernel cache too (cold compile times; much slower)")
+    b.set_defaults(func=cmd_bench)
     return parser
 
 

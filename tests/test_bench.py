@@ -1,0 +1,221 @@
+"""The benchmark harness measures what it claims: saved bytes, peak memory, batch search,
+records that survive crashes and resume, and the ``remat bench`` command line.
+
+Fast: the compiled methods use ``compiler="eager"`` (AOTAutograd and remat's partitioner,
+no kernel codegen); the seeds' cos-cos example (seeds/003: f = cos(cos(a+b+c+d)), remat
+saves only a+b+c+d) is the main case.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from remat.bench import measure as M
+from remat.bench import report
+from remat.bench.fidelity import fidelity, markdown as fidelity_markdown
+
+REQUIRED = {"model", "size", "method", "device", "status", "saved_activation_bytes", "peak_bytes",
+            "predicted_peak_bytes", "step_ms", "predicted_step_ms", "compile_s", "planner_ms", "batch",
+            "timeline"}
+
+
+def _prepared(method: str, name: str = "cos-cos", **kw):
+    from remat import zoo
+    from remat.bench.methods import prepare
+
+    case = zoo.build(name, "tiny", **kw)
+    return case, prepare(method, case, compiler="eager")
+
+
+# -- measure ---------------------------------------------------------------------------------
+
+def test_peak_memory_sees_a_known_allocation():
+    n = 3 << 20
+    x = torch.randn(256, requires_grad=True)
+
+    def step():
+        x.grad = None
+        big = torch.empty(n // 4)
+        big.fill_(1.0)
+        loss = (x * big[:256]).sum()
+        loss.backward()
+        del big
+        return loss
+
+    pm = M.peak_memory(step)
+    assert pm.source == "profiler"
+    assert pm.peak_bytes >= n
+    assert pm.peak_bytes < n + (1 << 20)  # and not much more: a few small temporaries
+    assert pm.timeline and max(b for _, b in pm.timeline) == pm.peak_bytes
+    assert abs(pm.end_bytes) < 4096  # the big tensor was freed; the new gradient replaced the old
+
+
+def test_peak_memory_counts_the_previous_gradients_freed():
+    """A step that sets grad = None releases the old gradients before it allocates new ones:
+    the profiler must see those frees (they were allocated before the measured step)."""
+    x = torch.randn(1 << 18, requires_grad=True)  # 1 MiB
+
+    def step():
+        x.grad = None
+        loss = (x * 2).sum()
+        loss.backward()
+        return loss
+
+    pm = M.peak_memory(step)
+    assert min(b for _, b in pm.timeline) <= -(1 << 20)  # the old gradient's free is seen
+    assert abs(pm.end_bytes) < 4096
+
+
+def test_saved_activation_bytes_cos_cos_conservative_is_one_tensor():
+    case, prep = _prepared("remat-conservative")
+    prep.step()
+    saved = M.saved_activation_bytes(prep, prep.params_and_inputs())
+    one = case.inputs[0].numel() * case.inputs[0].element_size()
+    assert saved.activation_bytes == one and saved.count == 1
+    assert M.plans_saved_activation_bytes(prep) == one  # what the plan says it saves
+    _, nr = _prepared("no-recompute")
+    nr.step()
+    assert M.saved_activation_bytes(nr, nr.params_and_inputs()).activation_bytes > one
+
+
+def test_prediction_of_cos_cos_matches_measured_peak():
+    case, prep = _prepared("remat-conservative")
+    prep.step()
+    held = prep.params_and_inputs()
+    released = M.released_gradient_bytes(prep.step, held)
+    assert released == sum(x.numel() * 4 for x in case.inputs)  # grad = None frees all four
+    pm = M.peak_memory(prep.step, held=held)
+    pred = M.predicted(prep, released_bytes=released)
+    assert pred is not None
+    # within one 1024-float tensor: the simulator has the four input gradients share one
+    # tensor (add's backward passes it through); autograd gives b, c and d copies of it
+    assert abs(pred.peak_bytes - pm.peak_bytes) <= 4096 + 16
+    g = pred.per_graph[0]
+    assert pred.peak_bytes == g["simulated_peak_bytes"] - g["constant_bytes"] - released
+    assert pred.seconds > 0 and pred.saved_activation_bytes == case.inputs[0].numel() * 4
+    assert M.predicted(_prepared("eager")[1]) is None  # eager has no plan of its own
+    eager_pred = M.predicted(_prepared("eager")[1], fallback=prep, released_bytes=released)
+    assert eager_pred.peak_bytes == pred.peak_bytes
+
+
+def test_step_time_alternates_and_survives_a_failing_step():
+    x = torch.randn(64, requires_grad=True)
+    calls = []
+
+    def ok():
+        calls.append("ok")
+        x.grad = None
+        x.exp().sum().backward()
+
+    def bad():
+        calls.append("bad")
+        raise RuntimeError("boom")
+
+    t = M.step_time({"ok": ok, "bad": bad}, repeats=4, warmup=1)
+    assert t["bad"].error.startswith("error: RuntimeError: boom")
+    assert len(t["ok"].samples) == 4 and t["ok"].median_s > 0 and t["ok"].error is None
+    assert calls.count("bad") == 1  # it left the loop after failing
+    assert M.error_status(torch.cuda.OutOfMemoryError("CUDA out of memory")) == "oom"
+
+
+def test_max_batch_size_on_cpu_is_the_largest_batch_within_the_budget():
+    from remat import zoo
+    from remat.bench.methods import prepare
+
+    def build(b):
+        case = zoo.build("mlp", "tiny", batch=b)
+        prep = prepare("eager", case)
+        return prep, prep.params_and_inputs()
+
+    def total(b):
+        prep, held = build(b)
+        pm = M.peak_memory(prep.step, held=held, timeline=False)
+        return pm.resident_before + pm.peak_bytes
+
+    budget = total(6)
+    res = M.max_batch_size(build, budget_bytes=budget)
+    assert res.batch >= 6
+    assert total(res.batch) <= budget < total(res.batch + 1)
+    assert [p.batch for p in res.probes][:3] == [1, 2, 4]  # doubling, then bisection
+    assert all(p.fits == (p.peak_bytes <= budget) for p in res.probes)
+    with pytest.raises(ValueError, match="budget"):
+        M.max_batch_size(build)
+
+
+def test_calibrated_cpu_profile_is_cached():
+    from remat.calibrate import cpu_profile, profile_for
+
+    p = cpu_profile()
+    assert p.peak_flops > 1e8 and p.bandwidth > 1e8 and p.launch_seconds > 0
+    assert profile_for("cpu") is p
+
+
+# -- runner, report, fidelity ----------------------------------------------------------------
+
+def test_runner_records_errors_and_keeps_the_others(tmp_path):
+    from remat.bench.runner import run
+
+    recs = run(["cos-cos", "no-such-model"], "tiny", ["eager", "remat-conservative", "remat:no-such-solver"],
+               compiler="eager", out_dir=tmp_path, repeats=2, warmup=1, progress=False)
+    by = {(r["model"], r["method"]): r for r in recs}
+    assert len(recs) == 6
+    for r in recs:
+        assert REQUIRED <= set(r), REQUIRED - set(r)
+    assert by["cos-cos", "eager"]["status"] == "ok"
+    cons = by["cos-cos", "remat-conservative"]
+    assert cons["status"] == "ok" and cons["saved_activation_bytes"] == 4 << 10  # a+b+c+d: 2^10 floats
+    assert cons["predicted_peak_bytes"] is not None and cons["step_ms"] > 0
+    assert by["cos-cos", "remat:no-such-solver"]["status"].startswith("error")
+    assert all(by["no-such-model", m]["status"].startswith("error") for m in
+               ("eager", "remat-conservative", "remat:no-such-solver"))
+    # the files: json (versioned), csv, md, fidelity, timelines
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["format"] == report.RESULTS_FORMAT and len(doc["records"]) == 6
+    assert (tmp_path / "results.csv").read_text().startswith("model,size,method")
+    assert "| cos-cos | tiny | remat-conservative | ok |" in (tmp_path / "results.md").read_text()
+    assert "Fidelity" in (tmp_path / "fidelity.md").read_text()
+    tl = json.loads((tmp_path / cons["timeline"]).read_text())
+    assert tl["measured"] and tl["simulated"]
+
+    # resume: ok records are kept as they are, failed ones are tried again
+    stamp = cons["time"]
+    recs2 = run(["cos-cos"], "tiny", ["eager", "remat-conservative", "no-recompute"], compiler="eager",
+                out_dir=tmp_path, repeats=2, warmup=1, progress=False)
+    by2 = {(r["model"], r["method"]): r for r in recs2}
+    assert by2["cos-cos", "remat-conservative"]["time"] == stamp
+    assert by2["cos-cos", "no-recompute"]["status"] == "ok"
+    assert len(recs2) == 7
+    md = report.markdown_table(recs2)
+    row = next(line for line in md.splitlines() if "| remat-conservative | ok |" in line)
+    assert row.split("|")[10].strip() == "0.50"  # saved vs no-recompute: 1 of 2 tensors
+
+
+def test_fidelity_findings_and_rank_correlation():
+    recs = [{"model": "m", "size": "tiny", "method": k, "status": "ok", "peak_bytes": p,
+             "predicted_peak_bytes": q, "step_ms": t, "predicted_step_ms": u}
+            for k, p, q, t, u in [("a", 100, 110, 1.0, 1.0), ("b", 200, 100, 2.0, 2.2), ("c", 300, 290, 3.0, 3.1)]]
+    recs.append({"model": "m", "size": "tiny", "method": "d", "status": "oom"})
+    f = fidelity(recs)
+    assert f["peak"]["n"] == 3 and f["peak"]["spearman"] == pytest.approx(0.5)
+    assert f["step"]["spearman"] == pytest.approx(1.0)
+    assert [(x["method"], x["quantity"]) for x in f["findings"]] == [("b", "peak")]
+    assert f["peak"]["worst"][0]["method"] == "b"
+    assert "| m | tiny | b | peak |" in fidelity_markdown(recs)
+
+
+def test_cli_bench_writes_results(tmp_path, capsys):
+    from remat.cli import main
+
+    out = tmp_path / "bench"
+    rc = main(["bench", "--models", "cos-cos", "--size", "tiny", "--methods", "eager,remat-conservative",
+               "--compiler", "eager", "--out", str(out), "--repeats", "2", "--no-progress", "--plot"])
+    assert rc == 0
+    for f in ("results.json", "results.csv", "results.md", "fidelity.md"):
+        assert (out / f).exists(), f
+    assert (out / "plots" / "normalized_tiny_cpu.png").exists() is False  # no no-recompute baseline
+    assert (out / "plots" / "timeline_cos-cos_tiny_cpu.png").exists()
+    printed = capsys.readouterr().out
+    assert "remat-conservative" in printed
