@@ -163,7 +163,7 @@ def _measure_method(model: str, size: str, method: str, device: str, compiler: s
         "peak_bytes": pm.peak_bytes,
         "end_bytes": pm.end_bytes,
         "resident_bytes": pm.resident_before,
-        "peak_total_bytes": pm.resident_before + pm.peak_bytes,
+        "peak_total_bytes": (pm.resident_before or 0) + pm.peak_bytes,
         "released_bytes": released,
         "peak_source": pm.source,
         "compile_s": compile_s,

@@ -103,18 +103,21 @@ def _emit(model: CheckmateModel, x: np.ndarray,
 
 def _judge_solution(model: CheckmateModel, x: np.ndarray, budget: float, cm: CostModel,
                     **kw) -> tuple[BudgetResult, str]:
-    """Emit and judge the rounded solution; if the simulator rejects it, re-derive ``R`` from
-    the rounded ``S`` with :func:`solve_r` (the fewest computations, never more memory)."""
+    """Emit and judge the rounded solution. ``R`` is also re-derived from the rounded ``S``
+    with :func:`solve_r` (a subset of any correct ``R``: never more cost nor memory); that
+    schedule is used when the simulator rejects the first (rounding noise) or when it drops
+    spurious recomputations (the MILP may recompute zero-cost nodes such as tangents)."""
     sched, Rb, Sb = _emit(model, x, {"solver": NAME})
     res = judged(NAME, budget, sched, cost_model=cm, **kw)
-    if res.feasible:
-        return res, "milp"
     R2 = solve_r(model.st, Sb)
+    if (R2 == Rb).all():
+        return res, ("milp" if res.feasible else "rejected")
     res2 = judged(NAME, budget, schedule_from_rs(model.st, R2, Sb, {"solver": NAME}),
                   cost_model=cm, **kw)
-    if res2.feasible:
+    if res2.feasible and (not res.feasible or (res2.cost, res2.sim.recomputes)
+                          <= (res.cost, res.sim.recomputes)):
         return res2, "solve_r"
-    return res, "rejected"
+    return res, ("milp" if res.feasible else "rejected")
 
 
 # ---- the MILP --------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
         if out_of_time():
             return "stop"
         limit = (1.0 - eps) * budget
-        rec: dict = {"epsilon": eps, "lp_budget": int(limit)}
+        rec: dict = {"epsilon": eps, "lp_budget": int(limit) if np.isfinite(limit) else limit}
         lps.append(rec)
         if limit < lb_bytes:
             rec["status"] = "skipped (below the memory lower bound)"
