@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import datetime
 import gc
@@ -833,6 +832,17 @@ RUNNERS = {"gelu": table_gelu, "f1": table_f1, "f2": table_f2, "evonorm": table_
            "qehvi": table_qehvi, "maxbatch": table_maxbatch}
 
 
+def machine_header() -> dict:
+    model = platform.processor() or "cpu"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"machine": f"{platform.machine()}, {os.cpu_count()} cpus ({model}), no GPU",
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tables", default=",".join(TABLES), help=f"comma-separated subset of {','.join(TABLES)}")
@@ -856,7 +866,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.render:
         data = json.loads((Path(args.out) / "seed_tables.json").read_text())
-        write_outputs(data["tables"], Path(args.out), data["machine"])
+        write_outputs(data["tables"], Path(args.out), {**data["machine"], **machine_header()})
         print((Path(args.out) / "seed_tables.md").read_text())
         return 0
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
@@ -873,8 +883,7 @@ def main(argv=None) -> int:
     if not args.fresh and (out_dir / "seed_tables.json").exists():
         with contextlib.suppress(Exception):
             all_tables = json.loads((out_dir / "seed_tables.json").read_text()).get("tables", {})
-    header = {"machine": f"{platform.machine()} {os.cpu_count()} cpus ({platform.processor() or 'cpu'}), no GPU",
-              "torch": torch.__version__, "python": platform.python_version()}
+    header = machine_header()
     command = "python benchmarks/seed_tables.py " + " ".join(sys.argv[1:] if argv is None else argv)
 
     def log(msg):
