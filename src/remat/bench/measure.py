@@ -500,7 +500,9 @@ def predicted(prepared, profile=None, *, fallback=None,
         g = plan.graph if plan.graph is not None else (graphs[k] if k < len(graphs) else None)
         if g is None:
             raise ValueError(f"plan {k} of {getattr(prepared, 'method', '?')!r} has no graph to simulate")
-        sim = simulate(schedule_from_saved_set(g, plan.saved_names), cm)
+        schedule = plan.schedule if getattr(plan, "schedule", None) is not None else \
+            schedule_from_saved_set(g, plan.saved_names)  # budgeted plans carry their schedule
+        sim = simulate(schedule, cm)
         grads = gradient_bytes(g) if released_bytes is None else released_bytes
         base = sim.constant_bytes + grads
         rel = sim.peak_bytes - base
