@@ -19,6 +19,7 @@ import numpy as np
 
 from .errors import RematError
 from .graph import Graph
+from .plans import _fmt_bytes as _fmt
 from .schedule import schedule_from_saved_set
 from .simulator import simulate
 from .solvers.budget import BudgetResult
@@ -164,11 +165,3 @@ def plan_within(g: Graph, budget: str | float | int, solver: str = "auto", *,
 def simulate_constant(g: Graph) -> int:
     a = g._arrays
     return int(a.bytes[a.primal].sum())
-
-
-def _fmt(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n} B"
