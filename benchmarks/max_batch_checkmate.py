@@ -152,8 +152,8 @@ def markdown(results: list[dict]) -> str:
                     continue
                 c = str(d["batch"])
                 if d["batch"] == 0 and d["undecided"]:
-                    c = (f"— (no solution within the time limit at batch "
-                         f"{', '.join(map(str, d['undecided']))})")
+                    c = (f"— (undecided: no schedule within the cost limit found in the time "
+                         f"limit at batch {', '.join(map(str, d['undecided']))})")
                 elif not d["exact"]:
                     c += f" (bracket {d['batch']}..{d['infeasible_batch']}"
                     c += ", time limit hit)" if d["undecided"] else ")"

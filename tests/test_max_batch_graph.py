@@ -132,7 +132,7 @@ def test_max_batch_flags_time_limited_probes():
         return BudgetResult("fake", budget, False, None, None, None, 0.0, "no_solution",
                             message="no schedule found within the time limit (Time limit reached)")
 
-    r = max_batch(g, timed_out, 1e12, 2.0, max_batch=64)
+    r = max_batch(g, timed_out, 1e12, 2.0, max_batch_size=64)
     assert r.batch == 0 and not r.exact and r.undecided == [1, 5, 7, 8]
     r = max_batch(g, timed_out, 1e12, 2.0, max_undecided=2)
     assert len(r.probes) == 2 and r.batch == 0 and not r.exact

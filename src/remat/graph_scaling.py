@@ -151,7 +151,7 @@ class Probe:
 @dataclass
 class MaxBatch:
     """The largest batch found feasible (``batch``; 0 when not even ``min_batch`` fits) and the
-    smallest found infeasible (``infeasible_batch``; ``None`` when the search hit ``max_batch``).
+    smallest found infeasible (``infeasible_batch``; ``None`` when the search hit ``max_batch_size``).
     ``exact`` is true when the two are adjacent and no probe in the search was undecided by a
     time limit (see :class:`Probe`)."""
 
@@ -200,7 +200,7 @@ def probe_batch(g: Graph, solver_fn: Callable[..., Any], batch: int, budget_byte
 
 def max_batch(g: Graph, solver_fn: Callable[..., Any], budget_bytes: float,
               max_overhead: float | None = None, *, base_batch: int | None = None,
-              start: int | None = None, min_batch: int = 1, max_batch: int = 1 << 16,
+              start: int | None = None, min_batch: int = 1, max_batch_size: int = 1 << 16,
               max_probes: int | None = None, max_undecided: int | None = None,
               on_probe: Callable[[Probe], None] | None = None) -> MaxBatch:
     """The largest batch size at which ``solver_fn`` fits ``g`` in ``budget_bytes`` with cost at
@@ -241,13 +241,13 @@ def max_batch(g: Graph, solver_fn: Callable[..., Any], budget_bytes: float,
             return not all(p.undecided for p in probes[-max_undecided:])
         return True
 
-    b0 = min(max(int(start if start is not None else base_batch), min_batch), max_batch)
+    b0 = min(max(int(start if start is not None else base_batch), min_batch), max_batch_size)
     lo: int | None = None  # largest known feasible
     hi: int | None = None  # smallest known infeasible
     if feasible(b0):
         lo, step = b0, 1
         while budget_left():
-            b = min(lo + step, max_batch)
+            b = min(lo + step, max_batch_size)
             if b == lo:
                 break
             if feasible(b):
@@ -275,6 +275,6 @@ def max_batch(g: Graph, solver_fn: Callable[..., Any], budget_bytes: float,
             hi = mid
     undecided = sorted(p.batch for p in probes if p.undecided)
     best = lo if lo is not None else min_batch - 1
-    adjacent = hi is not None and hi - best == 1 or (hi is None and best == max_batch)
+    adjacent = hi is not None and hi - best == 1 or (hi is None and best == max_batch_size)
     return MaxBatch(best, hi, bool(adjacent and not undecided), probes,
                     time.perf_counter() - t0, undecided)
