@@ -34,11 +34,12 @@ from paths import CHECKMATE_DIR
 REL = 1e-6
 
 
-def tiny_graph(seed: int, n_stage: int, views: bool = False) -> Graph:
+def tiny_graph(seed: int, n_stage: int, views: bool = False, once: bool = False) -> Graph:
     """A random DAG: one or two primal inputs, ``n_stage`` computed nodes reading 1-3 earlier
     values, random sizes (0 included) and costs, some outputs kept to the end, sometimes a
     tangent and backward nodes; with ``views``, some nodes are views sharing their input's
-    storage (``meta["alias_of"]``, as capture marks them)."""
+    storage (``meta["alias_of"]``, as capture marks them); with ``once``, some forward nodes
+    are random ops or ``must_save`` (never recomputed)."""
     rng = np.random.default_rng(seed)
     nodes = [Node("x", "placeholder", (), role="input", bytes=int(rng.integers(0, 6)),
                   category="input")]
@@ -69,9 +70,12 @@ def tiny_graph(seed: int, n_stage: int, views: bool = False) -> Graph:
                               is_output=bool(rng.random() < 0.2),
                               meta={"alias_of": ins[0]}))
         else:
+            flag = rng.random() if once and not is_bw else 1.0
             nodes.append(Node(name, "op", tuple(ins), role=role,
                               bytes=int(rng.integers(0, 10)), cost=float(rng.integers(1, 10)),
-                              category="compute", is_output=bool(rng.random() < 0.2)))
+                              category="random" if flag < 0.25 else "compute",
+                              must_save=bool(0.25 <= flag < 0.4),
+                              is_output=bool(rng.random() < 0.2)))
         (bw if is_bw else fw).append(name)
     return Graph(nodes, name=f"tiny{seed}")
 
@@ -111,16 +115,27 @@ def _has_view(g: Graph) -> bool:
     return any(n.meta.get("alias_of") for n in g.nodes)
 
 
-# (seed, stage nodes, FREE linearization, views): both forms are exact; views share storage
-TINY = [(seed, 4 + seed % 2, "paper" if seed % 3 == 0 else "tight", False) for seed in range(10)]
-TINY += [(seed, 4 + seed % 2, "paper" if seed % 3 == 0 else "tight", True)
+def _has_once(g: Graph) -> bool:
+    return bool(staged(g).once.any())
+
+
+def _form(seed: int) -> str:
+    return "paper" if seed % 3 == 0 else "tight"
+
+
+# (seed, stage nodes, FREE linearization, views, once): both forms are exact; views share
+# storage; "once" graphs hold random / must_save nodes, which no schedule may recompute
+TINY = [(seed, 4 + seed % 2, _form(seed), False, False) for seed in range(10)]
+TINY += [(seed, 4 + seed % 2, _form(seed), True, False)
          for seed in range(200, 260) if _has_view(tiny_graph(seed, 4 + seed % 2, True))][:6]
+TINY += [(seed, 5, _form(seed), False, True)
+         for seed in range(300, 360) if _has_once(tiny_graph(seed, 5, once=True))][:6]
 
 
-@pytest.mark.parametrize("seed,n_stage,form,views", TINY)
-def test_milp_matches_exhaustive_search(seed, n_stage, form, views):
-    g = tiny_graph(seed, n_stage, views)
-    assert _has_view(g) == views
+@pytest.mark.parametrize("seed,n_stage,form,views,once", TINY)
+def test_milp_matches_exhaustive_search(seed, n_stage, form, views, once):
+    g = tiny_graph(seed, n_stage, views, once)
+    assert _has_view(g) == views and _has_once(g) == once
     assert staged(g).n == n_stage
     results = exhaustive(g)
     peaks = sorted({p for _, p in results})

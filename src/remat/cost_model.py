@@ -40,8 +40,9 @@ PROFILES = {
     "h100": DeviceProfile("h100", 378e12, 3.35e12, 4e-6),
     "v100": DeviceProfile("v100", 15.7e12, 0.9e12, 4e-6),
     # a 2-core x86 machine: ~50 GFLOP/s fp32 matmul, ~8 GB/s copy (remat.calibrate measures yours)
-    # (measured here: a CPU convolution allocates one more buffer of its output's size
-    # while it runs, its backward one of grad_output's)
+    # (measured here with benchmarks/conv_workspace.py: a CPU convolution allocates one more
+    # buffer of its output's size while it runs, its backward buffers of grad_output's and
+    # the input's sizes)
     "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6, conv_workspace=1.0),
 }
 
@@ -64,7 +65,8 @@ class CostModel:
         if f:
             for i, n in enumerate(g.nodes):
                 if n.op.startswith("convolution_backward"):
-                    out[i] = int(f * g[n.inputs[0]].bytes) if n.inputs else 0
+                    # oneDNN reorders grad_output and the input to its blocked layout
+                    out[i] = int(f * sum(g[v].bytes for v in n.inputs[:2]))
                 elif n.op.startswith("convolution"):
                     out[i] = int(f * n.bytes)
         return out

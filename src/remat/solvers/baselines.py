@@ -382,6 +382,7 @@ class _Point:
     checkpoints: list[int]
     schedule: Schedule
     sim: SimResult
+    S: np.ndarray  # the checkpoint matrix the schedule was emitted from
 
     def summary(self) -> dict:
         return {"param": self.param, "n_checkpoints": len(self.checkpoints),
@@ -395,7 +396,7 @@ def _evaluate(g: Graph, ctx: _Ctx, states: Sequence[int], snapshots, cm: CostMod
     R = solve_r(ctx.st, S)
     sched = schedule_from_rs(ctx.st, R, S, meta)
     sim = simulate(sched, cm, timeline=False)
-    return _Point(param, list(states if checkpoints is None else checkpoints), sched, sim)
+    return _Point(param, list(states if checkpoints is None else checkpoints), sched, sim, S)
 
 
 def _pick(points: list[_Point], budget: float) -> tuple[_Point, bool]:
@@ -421,9 +422,11 @@ def _result(name: str, g: Graph, ctx: _Ctx, budget: float | None, points: list[_
         details["curve"] = [p.summary() for p in points]
     msg = "" if ok else f"no {name} schedule fits; the lowest peak is {best.sim.peak_bytes} bytes"
     best.schedule.meta.update({"solver": name, "param": best.param})
-    return judged(name, b, best.schedule, solve_seconds=time.perf_counter() - t0,
-                  status="feasible" if ok else "infeasible", cost_model=cm, message=msg,
-                  details=details)
+    res = judged(name, b, best.schedule, solve_seconds=time.perf_counter() - t0,
+                 status="feasible" if ok else "infeasible", cost_model=cm, message=msg,
+                 details=details)
+    res.S = best.S
+    return res
 
 
 # -- the baselines --------------------------------------------------------------------------

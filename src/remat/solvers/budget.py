@@ -32,6 +32,8 @@ class BudgetResult:
     message: str = ""
     sim: SimResult | None = field(default=None, repr=False)
     details: dict[str, Any] = field(default_factory=dict)
+    S: Any = field(default=None, repr=False)  # checkpoint matrix over the stages, when the
+    # solver works on Checkmate's staged problem (baselines, MILP, LP rounding)
 
     def to_dict(self) -> dict[str, Any]:
         return {

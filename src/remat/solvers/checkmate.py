@@ -37,7 +37,7 @@ from ..schedule import Schedule
 from ..simulator import SimResult, simulate
 from .budget import BudgetResult, judged
 from .milp_model import (CheckmateModel, build_model, constant_bytes, new_highs, run_highs,
-                         stage_arrays)
+                         stage_arrays, stage_workspace)
 from .stages import schedule_from_rs, solve_r, staged
 
 NAME = "checkmate"
@@ -49,17 +49,19 @@ EXPLAIN_SECONDS = 30.0
 
 def memory_lower_bound(g: Graph) -> tuple[int, str]:
     """A bound no schedule goes below, and why: computing node ``t`` needs the constant
-    overhead, ``t``'s inputs and output, and every kept value (output, gradient) computed
-    before ``t``. Returns ``(bytes, reason)``."""
+    overhead, ``t``'s inputs, output and workspace, and every kept value (output, gradient)
+    computed before ``t``. Returns ``(bytes, reason)``."""
     st, M, _ = stage_arrays(g)
+    W = stage_workspace(g)
     const = constant_bytes(g)
     best, why = const, "the constant overhead (inputs and parameters)"
     kept: list[int] = []
     for t in range(st.n):
-        b = const + int(sum(int(M[i]) for i in {t, *st.deps[t], *kept}))
+        b = const + int(sum(int(M[i]) for i in {t, *st.deps[t], *kept})) + int(W[t])
         if b > best:
-            best, why = b, (f"computing {st.names[t]!r} needs its inputs, its output, the "
-                            "values kept to the end so far and the constant overhead")
+            best, why = b, (f"computing {st.names[t]!r} needs its inputs, its output"
+                            + (", its workspace" if W[t] else "") + ", the values kept to "
+                            "the end so far and the constant overhead")
         if st.kept[t]:
             kept.append(t)
     return best, why
@@ -92,6 +94,25 @@ def checkpoint_all_peak(g: Graph) -> int:
     return simulate(checkpoint_all(g)).peak_bytes
 
 
+def below_lower_bound(solver: str, g: Graph, budget: float, cm: CostModel, details: dict,
+                      t0: float) -> BudgetResult | None:
+    """The infeasible result when ``budget`` is below the constant overhead or
+    :func:`memory_lower_bound` (no solver need run), else None. Fills ``details`` with both
+    bounds."""
+    const = constant_bytes(g)
+    lb_bytes, why = memory_lower_bound(g)
+    details.update(memory_lower_bound=lb_bytes, constant_bytes=const)
+    if budget < const:
+        msg = (f"infeasible budget: {int(budget)} bytes is below the constant overhead of "
+               f"{const} bytes (inputs and parameters, resident throughout)")
+    elif budget < lb_bytes:
+        msg = f"infeasible budget: {int(budget)} bytes is below {lb_bytes} bytes: {why}"
+    else:
+        return None
+    return judged(solver, budget, None, solve_seconds=time.perf_counter() - t0,
+                  status="infeasible", cost_model=cm, details=details, message=msg)
+
+
 # ---- emission --------------------------------------------------------------------------------
 
 def _emit(model: CheckmateModel, x: np.ndarray,
@@ -109,11 +130,13 @@ def _judge_solution(model: CheckmateModel, x: np.ndarray, budget: float, cm: Cos
     spurious recomputations (the MILP may recompute zero-cost nodes such as tangents)."""
     sched, Rb, Sb = _emit(model, x, {"solver": NAME})
     res = judged(NAME, budget, sched, cost_model=cm, **kw)
+    res.S = Sb
     R2 = solve_r(model.st, Sb)
     if (R2 == Rb).all():
         return res, ("milp" if res.feasible else "rejected")
     res2 = judged(NAME, budget, schedule_from_rs(model.st, R2, Sb, {"solver": NAME}),
                   cost_model=cm, **kw)
+    res2.S = Sb
     if res2.feasible and (not res.feasible or (res2.cost, res2.sim.recomputes)
                           <= (res.cost, res.sim.recomputes)):
         return res2, "solve_r"
@@ -142,23 +165,44 @@ def strided_matrix(g: Graph, stride: int) -> np.ndarray:
 WARM_STRIDES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 
 
-def _warm_start(h, model: CheckmateModel, g: Graph, start,
-                lp_time: float | None = None) -> str:
-    """Hand HiGHS the cheapest of the starting schedules that fits in the model's accounting
-    (``"auto"``: checkpoint-all, then :func:`strided_matrix` for :data:`WARM_STRIDES`;
-    ``"lp"``: those and the LP rounding's winner); say what happened."""
+WARM_BASELINES = ("chen-greedy", "chen-greedy-ap", "chen-greedy-linearized", "griewank")
+"""Baselines whose best schedule within the budget is offered to HiGHS as a start, so the
+MILP's incumbent is never costlier than theirs."""
+
+
+def baseline_matrices(g: Graph, budget: float, cost_model: CostModel | None = None,
+                      names=WARM_BASELINES) -> list[tuple[str, np.ndarray]]:
+    """The checkpoint matrices of the cheapest schedule of each baseline in ``names`` that
+    fits ``budget`` in the simulator (baselines with none are left out)."""
+    from .baselines import BASELINES
+
+    out = []
+    for name in names:
+        r = BASELINES[name](g, budget, cost_model=cost_model)
+        if r.feasible and r.S is not None:
+            out.append((name, r.S))
+    return out
+
+
+def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
+                lp_time: float | None = None) -> tuple[np.ndarray | None, str]:
+    """The cheapest of the starting schedules that fits in the model's accounting
+    (``"auto"``: checkpoint-all, the baselines of :data:`WARM_BASELINES` at the budget, then
+    :func:`strided_matrix` for :data:`WARM_STRIDES`; ``"lp"``: those and the LP rounding's
+    winner) as a column vector, or None; and what happened, in words."""
     if isinstance(start, str):
         if start not in ("auto", "lp"):
             raise ValueError("warm_start must be 'auto', 'lp', None or a checkpoint matrix, "
                              f"not {start!r}")
         candidates = [("checkpoint-all", checkpoint_all_matrix(g))]
+        candidates += baseline_matrices(g, model.budget, cm)
         candidates += [(f"stride {k}", strided_matrix(g, k)) for k in WARM_STRIDES]
         if start == "lp":
             from .lp_rounding import checkmate_lp
 
-            won: list = []
-            checkmate_lp(g, model.budget, time_limit=lp_time, free_form="tight", _winner=won)
-            candidates = [("lp rounding", S) for S in won] + candidates
+            lp = checkmate_lp(g, model.budget, time_limit=lp_time, cost_model=cm)
+            if lp.feasible:
+                candidates.insert(0, ("lp rounding", lp.S))
     else:
         candidates = [("given", np.asarray(start, dtype=bool))]
     best = None
@@ -176,10 +220,23 @@ def _warm_start(h, model: CheckmateModel, g: Graph, start,
             if name == "checkpoint-all":
                 break  # nothing recomputed: nothing cheaper exists
     if best is None:
-        return "not used (over the budget in the model's accounting)"
-    x = best[2]
-    h.setSolution(len(x), np.arange(len(x), dtype=np.int32), x)
-    return f"used ({best[1]})"
+        return None, "not used (over the budget in the model's accounting)"
+    return best[2], f"used ({best[1]})"
+
+
+ROOT_PROBE_COLUMNS = 150_000
+"""With a time limit, models with more columns (ResNet50: 286k) first solve the LP relaxation
+alone: HiGHS's MIP solver does not stop inside its root LP, which on ResNet50 ran 75-135 s
+past a 30-60 s limit, while a plain LP stops on time."""
+
+
+def _root_probe(model: CheckmateModel, threads, verbose, seconds: float) -> tuple[str, float | None,
+                                                                                  float]:
+    """Solve the LP relaxation within ``seconds``: ``(status, bound in cost units, seconds)``."""
+    h = new_highs(model, relax=True, threads=threads, verbose=verbose)
+    out = run_highs(h, time_limit=seconds, mip=False)
+    bound = model.objective_bytes_or_cost(out.objective) if out.status == "optimal" else None
+    return out.status, bound, out.seconds
 
 
 def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
@@ -200,10 +257,17 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     ``highs_options`` passes further HiGHS options (e.g. ``{"mip_heuristic_effort": 0.3}``).
     ``warm_start``: a checkpoint matrix ``S`` (``n x n`` over the stages) completed with
     :func:`solve_r` and handed to HiGHS as a starting incumbent when it fits the budget in the
-    model's accounting; ``"auto"`` (default) tries :func:`checkpoint_all_matrix` and
-    :func:`strided_matrix` policies and hands over the cheapest that fits; ``"lp"`` also runs
+    model's accounting; ``"auto"`` (default) tries :func:`checkpoint_all_matrix`, the best
+    schedules of the baselines in :data:`WARM_BASELINES` and :func:`strided_matrix` policies
+    and hands over the cheapest that fits; ``"lp"`` also runs
     :func:`~remat.solvers.lp_rounding.checkmate_lp` first (at most half the time limit), so
     the MILP never returns a schedule costlier than LP rounding's; None: no start.
+
+    With a time limit, a model of more than :data:`ROOT_PROBE_COLUMNS` columns first solves
+    its LP relaxation alone (HiGHS's MIP solver cannot be stopped inside its root LP): the
+    LP's optimum becomes the lower bound, and when the LP took too long for the MILP to get
+    past its root in the time left, the starting schedule is returned with status
+    ``"time_limit"`` (``details["emission"]`` says so).
 
     If the simulator rejects the rounded schedule, ``R`` is re-derived with :func:`solve_r`;
     if it is still over budget (numerical slack of a few bytes) the MILP is solved again with
@@ -214,23 +278,14 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     t0 = time.perf_counter()
     cm = cost_model or default_cost_model()
     budget = float(budget)
-    const = constant_bytes(g)
-    lb_bytes, why = memory_lower_bound(g)
-    details: dict = {"memory_lower_bound": lb_bytes, "constant_bytes": const}
+    details: dict = {}
 
     def elapsed() -> float:
         return time.perf_counter() - t0
 
-    if budget < const:
-        return judged(NAME, budget, None, solve_seconds=elapsed(), status="infeasible",
-                      cost_model=cm, details=details, message=(
-                          f"infeasible budget: {int(budget)} bytes is below the constant overhead "
-                          f"of {const} bytes (inputs and parameters, resident throughout)"))
-    if budget < lb_bytes:
-        return judged(NAME, budget, None, solve_seconds=elapsed(), status="infeasible",
-                      cost_model=cm, details=details, message=(
-                          f"infeasible budget: {int(budget)} bytes is below {lb_bytes} bytes: "
-                          f"{why}"))
+    hopeless = below_lower_bound(NAME, g, budget, cm, details, t0)
+    if hopeless is not None:
+        return hopeless
     if staged(g).n == 0:
         return judged(NAME, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
                       status="optimal", cost_model=cm, lower_bound=0.0, details=details)
@@ -245,20 +300,52 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
         tb = time.perf_counter()
         model = build_model(g, model_budget, cm, objective="cost", free_form=free_form)
         details.update(model=model.stats, build_seconds=round(time.perf_counter() - tb, 3))
-        h = new_highs(model, threads=threads, verbose=verbose, options=highs_options)
+        x0 = None
         if warm_start is not None:
             lp_time = None if time_limit is None else max(0.0, time_limit - elapsed()) / 2
-            details["warm_start"] = _warm_start(h, model, g, warm_start, lp_time)
+            x0, details["warm_start"] = _warm_start(model, g, warm_start, cm, lp_time)
         remaining = None if time_limit is None else max(0.0, time_limit - elapsed())
+        if remaining is not None and model.num_col > ROOT_PROBE_COLUMNS:
+            lp_status, lp_bound, lp_s = _root_probe(model, threads, verbose, 0.9 * remaining)
+            details["root_lp"] = {"status": lp_status, "seconds": round(lp_s, 3),
+                                  "bound": lp_bound}
+            if lp_status == "infeasible":
+                return judged(NAME, budget, None, solve_seconds=elapsed(), status="infeasible",
+                              cost_model=cm, details=details, message=(
+                                  f"infeasible budget: the LP relaxation has no solution within "
+                                  f"{int(model_budget)} bytes, so no frontier-advancing "
+                                  "schedule fits"))
+            if attempt == 0 and lp_bound is not None:
+                first_lower = lp_bound
+            remaining = max(0.0, time_limit - elapsed())
+            if lp_bound is None or remaining < 1.5 * lp_s:
+                # the MILP would not get past its root LP in time: keep the starting schedule
+                if x0 is None:
+                    return judged(NAME, budget, None, solve_seconds=elapsed(),
+                                  status="no_solution", cost_model=cm, lower_bound=first_lower,
+                                  details=details, message=(
+                                      "no schedule found within the time limit: the root LP "
+                                      f"relaxation took {lp_s:.0f} s of it and no starting "
+                                      "schedule fits the budget"))
+                res, route = _judge_solution(model, x0, budget, cm, solve_seconds=elapsed(),
+                                             status="time_limit", lower_bound=first_lower,
+                                             details=details)
+                res.details["emission"] = "warm start (MILP not run: root LP too slow for the limit)"
+                res.solve_seconds = elapsed()
+                return res
+        h = new_highs(model, threads=threads, verbose=verbose, options=highs_options)
+        if x0 is not None:
+            h.setSolution(len(x0), np.arange(len(x0), dtype=np.int32), x0)
         out = run_highs(h, time_limit=remaining, mip_gap=mip_gap)
         details.update(highs_status=out.highs_status, highs_seconds=round(out.seconds, 3),
                        mip_nodes=out.nodes, mip_gap=out.gap)
         lower = None if out.dual_bound is None else model.objective_bytes_or_cost(out.dual_bound)
         if attempt == 0:
             # a bound of the model as specified; the stricter re-solves prove nothing below it
-            first_lower = lower
-            if lower is not None:
-                details["lower_bound"] = lower
+            if lower is not None and (first_lower is None or lower > first_lower):
+                first_lower = lower
+            if first_lower is not None:
+                details["lower_bound"] = first_lower
         if out.status == "infeasible" and attempt:
             return judged(NAME, budget, None, solve_seconds=elapsed(), status="no_solution",
                           cost_model=cm, lower_bound=first_lower,

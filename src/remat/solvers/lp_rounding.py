@@ -29,8 +29,8 @@ from ..graph import Graph
 from ..schedule import Schedule
 from ..simulator import simulate
 from .budget import BudgetResult, judged
-from .checkmate import memory_lower_bound
-from .milp_model import build_model, constant_bytes, new_highs, run_highs
+from .checkmate import below_lower_bound
+from .milp_model import build_model, new_highs, run_highs
 from .stages import schedule_from_rs, solve_r, staged
 
 NAME = "checkmate-lp"
@@ -45,8 +45,7 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
                  cost_model: CostModel | None = None,
                  thresholds=DEFAULT_THRESHOLDS, epsilons=DEFAULT_EPSILONS,
                  threads: int | None = None, verbose: bool = False,
-                 free_form: str = "tight", refine: bool = True,
-                 _winner: list | None = None) -> BudgetResult:
+                 free_form: str = "tight", refine: bool = True) -> BudgetResult:
     """Two-phase LP rounding at ``budget`` bytes, swept over ``thresholds`` x ``epsilons``.
 
     Returns the cheapest simulated-feasible candidate (status ``"feasible"``) with the LP lower
@@ -57,9 +56,7 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
     t0 = time.perf_counter()
     cm = cost_model or default_cost_model()
     budget = float(budget)
-    const = constant_bytes(g)
-    lb_bytes, why = memory_lower_bound(g)
-    details: dict = {"memory_lower_bound": lb_bytes, "constant_bytes": const}
+    details: dict = {}
 
     def elapsed() -> float:
         return time.perf_counter() - t0
@@ -67,16 +64,10 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
     def out_of_time() -> bool:
         return time_limit is not None and elapsed() >= time_limit
 
-    if budget < const:
-        return judged(NAME, budget, None, solve_seconds=elapsed(), status="infeasible",
-                      cost_model=cm, details=details, message=(
-                          f"infeasible budget: {int(budget)} bytes is below the constant overhead "
-                          f"of {const} bytes (inputs and parameters, resident throughout)"))
-    if budget < lb_bytes:
-        return judged(NAME, budget, None, solve_seconds=elapsed(), status="infeasible",
-                      cost_model=cm, details=details, message=(
-                          f"infeasible budget: {int(budget)} bytes is below {lb_bytes} bytes: "
-                          f"{why}"))
+    hopeless = below_lower_bound(NAME, g, budget, cm, details, t0)
+    if hopeless is not None:
+        return hopeless
+    lb_bytes = details["memory_lower_bound"]
     st = staged(g)
     if st.n == 0:
         return judged(NAME, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
@@ -177,8 +168,8 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
         return judged(NAME, budget, None, solve_seconds=elapsed(), status=status,
                       cost_model=cm, lower_bound=lp_bound, details=details, message=msg)
     _, _, thr, eps, sched = best
-    if _winner is not None:  # the winning checkpoint matrix, for checkmate's warm start
-        _winner.append(state["S"])
     details.update(threshold=thr, epsilon=eps)
-    return judged(NAME, budget, sched, solve_seconds=elapsed(), status="feasible",
-                  cost_model=cm, lower_bound=lp_bound, details=details)
+    res = judged(NAME, budget, sched, solve_seconds=elapsed(), status="feasible",
+                 cost_model=cm, lower_bound=lp_bound, details=details)
+    res.S = state["S"]
+    return res

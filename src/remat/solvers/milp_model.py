@@ -45,6 +45,11 @@ base "resident" while a view is: ``S[t, view] <= S[t, base]``, and the base's FR
 views' checkpoints and users as hazards too, so the per-value sum matches the simulator's
 per-storage memory (the exhaustive tests include graphs with views).
 
+Values computed only once (random ops, whose recomputation would draw fresh randomness, and
+``must_save`` values: ``Staged.once``) have ``R[t, i] = 0`` for ``t > i``; the dependency rows
+then force ``S`` to hold them through every stage that computes a reader, as the simulator
+requires.
+
 Values kept to the end (outputs, gradients: ``Staged.kept``) are never freed: ``S[t, i] = 1``
 for every ``t > i`` and they have no FREE variables. Fixings implied by optimality (like
 Section 4.8, they remove only solutions that a cheaper or equal one dominates):
@@ -60,6 +65,7 @@ in exact bytes.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +88,7 @@ class CheckmateModel:
     constant: int  # bytes of inputs and parameters (resident throughout)
     M: np.ndarray  # effective bytes of each stage node (int64)
     C: np.ndarray  # additive cost of each stage node (float)
+    W: np.ndarray  # transient workspace bytes of each stage node while it runs (int64)
     mem_scale: float
     cost_scale: float
     objective: str
@@ -92,6 +99,7 @@ class CheckmateModel:
     free_start: int
     u_start: int
     peak_col: int  # column of the peak variable (objective "peak"), else -1
+    work_rows: np.ndarray  # rows U[t, k] + W_k R[t, k] <= limit (objective "cost")
     col_cost: np.ndarray
     col_lower: np.ndarray
     col_upper: np.ndarray
@@ -120,6 +128,10 @@ class CheckmateModel:
         cols = np.arange(self.u_start, self.u_start + self._num_u, dtype=np.int32)
         ub = np.full(len(cols), self.mem_limit(budget))
         h.changeColsBounds(len(cols), cols, np.zeros(len(cols)), ub)
+        if len(self.work_rows):
+            rows = self.work_rows.astype(np.int32)
+            h.changeRowsBounds(len(rows), rows, np.full(len(rows), -np.inf),
+                               np.full(len(rows), self.mem_limit(budget)))
 
     @property
     def _num_u(self) -> int:
@@ -173,7 +185,8 @@ class CheckmateModel:
         m = self.u_idx >= 0
         x[self.u_idx[m]] = U[m]
         if self.peak_col >= 0:
-            x[self.peak_col] = max(float(U[m].max()), self.col_lower[self.peak_col])
+            during = U + np.where(R, self.W / self.mem_scale, 0.0)[:, :n]
+            x[self.peak_col] = max(float(during[m].max()), self.col_lower[self.peak_col])
         return x
 
     def normalize_s(self, S: np.ndarray) -> np.ndarray:
@@ -239,6 +252,15 @@ def stage_arrays(g: Graph, cost_model: CostModel | None = None
     M = np.array([int(eb[gi]) for gi in st.order], dtype=np.int64)
     C = np.array([float(costs[gi]) for gi in st.order], dtype=float)
     return st, M, C
+
+
+def stage_workspace(g: Graph, cost_model: CostModel | None = None) -> np.ndarray:
+    """Transient bytes each stage node holds while it runs (the cost model's workspace: a
+    CPU convolution's buffers), which the simulator adds to the memory in use at that
+    moment."""
+    st = staged(g)
+    work = (cost_model or default_cost_model()).workspace(g)
+    return np.array([int(work[gi]) for gi in st.order], dtype=np.int64)
 
 
 def stage_aliases(st: Staged) -> list[list[int]]:
@@ -329,6 +351,7 @@ def build_model(g: Graph, budget: float | None, cost_model: CostModel | None = N
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
     st, M, C = stage_arrays(g, cost_model)
+    W = stage_workspace(g, cost_model)
     n = st.n
     const = constant_bytes(g)
     kept = np.asarray(st.kept, dtype=bool)
@@ -364,7 +387,10 @@ def build_model(g: Graph, budget: float | None, cost_model: CostModel | None = N
     rt, ri = np.tril_indices(n)  # R[t, i], i <= t
     r_lo = (rt == ri).astype(float)  # 8a: R[t, t] = 1
     useless = (rt > ri) & ((last[ri] < rt) | kept[ri])  # resident already, or nothing needs it
-    r_hi = np.where(useless, 0.0, 1.0)
+    # random ops and must_save values are computed in their own stage only: (1b) and (1c)
+    # then hold them while any later stage computes a reader
+    once = (rt > ri) & np.asarray(st.once, dtype=bool)[ri]
+    r_hi = np.where(useless | once, 0.0, 1.0)
     obj_r = C[ri] / cost_scale if objective == "cost" else 0.0
     r_cols = cols(len(rt), r_lo, r_hi, obj_r, True)
     r_idx = np.full((n, n), -1, dtype=np.int64)
@@ -454,6 +480,18 @@ def build_model(g: Graph, budget: float | None, cost_model: CostModel | None = N
         rr = rows.block(len(ut), -np.inf, 0.0)
         rows.add(rr, u_cols, 1.0)
         rows.add(rr, np.full(len(rr), peak_col), -1.0)
+    # an op's workspace is held while it runs: U[t, k] + W_k R[t, k] within the limit
+    w_t, w_k = ut[W[uk] > 0], uk[W[uk] > 0]
+    work_rows = np.zeros(0, dtype=np.int64)
+    if len(w_t):
+        Ws = W[w_k] / mem_scale
+        if objective == "peak":
+            rr = rows.block(len(w_t), -np.inf, 0.0)
+            rows.add(rr, np.full(len(rr), peak_col), -1.0)
+        else:
+            rr = work_rows = rows.block(len(w_t), -np.inf, u_hi)
+        rows.add(rr, u_idx[w_t, w_k], 1.0)
+        rows.add(rr, r_idx[w_t, w_k], Ws)
 
     # (7b)/(7c): hazards of FREE[t, i, k] =
     #   (1 - R[t,k]) + S[t+1,i] + sum_{j in USERS[i], k<j<=t} R[t,j]
@@ -522,10 +560,10 @@ def build_model(g: Graph, budget: float | None, cost_model: CostModel | None = N
     lo, hi, start, idx, val = rows.csr()
     integer = np.concatenate(ints)
     model = CheckmateModel(
-        st=st, n=n, budget=budget, constant=const, M=M, C=C, mem_scale=mem_scale,
+        st=st, n=n, budget=budget, constant=const, M=M, C=C, W=W, mem_scale=mem_scale,
         cost_scale=cost_scale, objective=objective, r_idx=r_idx, s_idx=s_idx, u_idx=u_idx,
         free_cols=np.stack([f_t, f_i, f_k], axis=1) if n_f else np.zeros((0, 3), np.int64),
-        free_start=free_start, u_start=u_start, peak_col=peak_col,
+        free_start=free_start, u_start=u_start, peak_col=peak_col, work_rows=work_rows,
         col_cost=np.concatenate(costs), col_lower=np.concatenate(lows),
         col_upper=np.concatenate(ups), integer=integer, row_lower=lo, row_upper=hi,
         row_start=start, row_index=idx, row_value=val,
@@ -533,7 +571,8 @@ def build_model(g: Graph, budget: float | None, cost_model: CostModel | None = N
     model.stats = {
         "stages": n, "edges": len(e_i), "R": len(rt), "S": len(s_t), "FREE": n_f,
         "U": len(ut), "columns": model.num_col, "binaries": int(integer.sum()),
-        "rows": model.num_row, "nonzeros": len(val), "free_form": free_form,
+        "rows": model.num_row, "workspace_rows": len(w_t), "nonzeros": len(val),
+        "free_form": free_form,
         "fixed_binaries": int(((model.col_lower == model.col_upper) & integer).sum()),
     }
     return model
@@ -580,6 +619,30 @@ def new_highs(model: CheckmateModel, *, relax: bool = False, threads: int | None
     return h
 
 
+@contextmanager
+def _deadline(h, deadline: float | None):
+    """Interrupt ``h`` at ``deadline`` (a ``time.perf_counter()`` value) from inside the
+    simplex, IPM and MIP loops. HiGHS's own ``time_limit`` is not checked within a large
+    root LP: ResNet50's ran 74 s past a 50 s limit."""
+    if deadline is None:
+        yield
+        return
+    import time
+
+    def stop_when_late(event) -> None:
+        if time.perf_counter() >= deadline:
+            event.interrupt()
+
+    hooks = (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt)
+    for hook in hooks:
+        hook.subscribe(stop_when_late)
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.unsubscribe(stop_when_late)
+
+
 def run_highs(h, *, time_limit: float | None = None, mip_gap: float | None = None,
               mip: bool = True) -> HighsOutcome:
     """Run ``h`` and read back the status, the incumbent and the bound."""
@@ -591,7 +654,8 @@ def run_highs(h, *, time_limit: float | None = None, mip_gap: float | None = Non
     if mip_gap is not None:
         h.setOptionValue("mip_rel_gap", float(mip_gap))
     t0 = time.perf_counter()
-    h.run()
+    with _deadline(h, None if time_limit is None else t0 + float(time_limit)):
+        h.run()
     seconds = time.perf_counter() - t0
     ms = h.getModelStatus()
     raw = ms.name if hasattr(ms, "name") else str(ms).split(".")[-1]
