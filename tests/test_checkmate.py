@@ -34,12 +34,14 @@ from paths import CHECKMATE_DIR
 REL = 1e-6
 
 
-def tiny_graph(seed: int, n_stage: int, views: bool = False, once: bool = False) -> Graph:
+def tiny_graph(seed: int, n_stage: int, views: bool = False, once: bool = False,
+               work: bool = False) -> Graph:
     """A random DAG: one or two primal inputs, ``n_stage`` computed nodes reading 1-3 earlier
     values, random sizes (0 included) and costs, some outputs kept to the end, sometimes a
     tangent and backward nodes; with ``views``, some nodes are views sharing their input's
     storage (``meta["alias_of"]``, as capture marks them); with ``once``, some forward nodes
-    are random ops or ``must_save`` (never recomputed)."""
+    are random ops or ``must_save`` (never recomputed); with ``work``, some are convolutions,
+    which hold a workspace while they run (the CPU cost model's)."""
     rng = np.random.default_rng(seed)
     nodes = [Node("x", "placeholder", (), role="input", bytes=int(rng.integers(0, 6)),
                   category="input")]
@@ -71,7 +73,8 @@ def tiny_graph(seed: int, n_stage: int, views: bool = False, once: bool = False)
                               meta={"alias_of": ins[0]}))
         else:
             flag = rng.random() if once and not is_bw else 1.0
-            nodes.append(Node(name, "op", tuple(ins), role=role,
+            op = "convolution" if work and rng.random() < 0.5 else "op"
+            nodes.append(Node(name, op, tuple(ins), role=role,
                               bytes=int(rng.integers(0, 10)), cost=float(rng.integers(1, 10)),
                               category="random" if flag < 0.25 else "compute",
                               must_save=bool(0.25 <= flag < 0.4),
@@ -119,6 +122,10 @@ def _has_once(g: Graph) -> bool:
     return bool(staged(g).once.any())
 
 
+def _has_work(g: Graph) -> bool:
+    return any(default_cost_model().workspace(g))
+
+
 def _form(seed: int) -> str:
     return "paper" if seed % 3 == 0 else "tight"
 
@@ -130,12 +137,15 @@ TINY += [(seed, 4 + seed % 2, _form(seed), True, False)
          for seed in range(200, 260) if _has_view(tiny_graph(seed, 4 + seed % 2, True))][:6]
 TINY += [(seed, 5, _form(seed), False, True)
          for seed in range(300, 360) if _has_once(tiny_graph(seed, 5, once=True))][:6]
+TINY = [(*case, False) for case in TINY]
+TINY += [(seed, 5, _form(seed), False, False, True)
+         for seed in range(400, 460) if _has_work(tiny_graph(seed, 5, work=True))][:4]
 
 
-@pytest.mark.parametrize("seed,n_stage,form,views,once", TINY)
-def test_milp_matches_exhaustive_search(seed, n_stage, form, views, once):
-    g = tiny_graph(seed, n_stage, views, once)
-    assert _has_view(g) == views and _has_once(g) == once
+@pytest.mark.parametrize("seed,n_stage,form,views,once,work", TINY)
+def test_milp_matches_exhaustive_search(seed, n_stage, form, views, once, work):
+    g = tiny_graph(seed, n_stage, views, once, work)
+    assert _has_view(g) == views and _has_once(g) == once and _has_work(g) == work
     assert staged(g).n == n_stage
     results = exhaustive(g)
     peaks = sorted({p for _, p in results})
@@ -166,23 +176,29 @@ def test_milp_matches_exhaustive_search(seed, n_stage, form, views, once):
 @pytest.mark.parametrize("form", ["paper", "tight"])
 def test_model_accounts_every_schedule_at_least_as_the_simulator(form):
     """The column vector of any (solve_r(S), S) satisfies every row at a budget equal to its
-    U peak, and that peak is never below the simulated one (Algorithm 1 frees at least as
-    early as FREE); so the MILP never accepts a schedule the simulator would reject."""
+    model peak (U, and the workspace of the op running), and that peak is never below the
+    simulated one (Algorithm 1 frees at least as early as FREE); a budget below the
+    simulated peak violates a row: the MILP never accepts a schedule the simulator would
+    reject. Graphs with views and with convolutions (workspace) included."""
     rng = np.random.default_rng(7)
-    for seed in range(6):
-        g = tiny_graph(100 + seed, 6, views=seed % 2 == 1)
+    graphs = [tiny_graph(100 + seed, 6, views=seed % 2 == 1) for seed in range(6)]
+    graphs += [tiny_graph(seed, 6, work=True) for seed in (400, 401, 402)]
+    assert sum(map(_has_work, graphs)) >= 3
+    for g in graphs:
         m = build_model(g, 10**9, free_form=form)
         for _ in range(20):
             S = m.normalize_s(rng.random((m.n, m.n)) < 0.4)
             R = solve_r(m.st, S)
             x = m.solution_from(R, S)
             assert m.violation(x) <= 1e-9
-            u_peak = x[m.u_idx[m.u_idx >= 0]].max() * m.mem_scale + m.constant
+            model_peak = m.peak_bytes(x)
             sim = simulate(schedule_from_rs(m.st, R, S))
-            assert sim.valid and u_peak >= sim.peak_bytes - 1e-6
+            assert sim.valid and model_peak >= sim.peak_bytes - 1e-6
             tight = build_model(g, sim.peak_bytes, free_form=form)
             x2 = tight.solution_from(R, S)
-            assert (tight.violation(x2) <= 1e-9) == (u_peak <= sim.peak_bytes + 1e-6)
+            assert (tight.violation(x2) <= 1e-9) == (model_peak <= sim.peak_bytes + 1e-6)
+            below = build_model(g, sim.peak_bytes - 1, free_form=form)
+            assert below.violation(below.solution_from(R, S)) > 1e-9
 
 
 def two_branch_graph() -> Graph:

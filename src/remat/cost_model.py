@@ -56,19 +56,22 @@ class CostModel:
         return g._derived(("op_costs", self.device), self._op_costs)
 
     def workspace(self, g: Graph) -> list[int]:
-        """Transient bytes an op holds while it runs, beyond its inputs and output."""
+        """Transient bytes an op holds while it runs, beyond its inputs and the memory the
+        accounting gives its output: the device's convolution buffers, and the outputs of a
+        multi-output op (a tuple holds no storage of its own; its items are counted when
+        their getitems run, but the op allocates them all while it runs)."""
         return g._derived(("workspace", self.device), self._workspace)
 
     def _workspace(self, g: Graph) -> list[int]:
         f = self.device.conv_workspace
-        out = [0] * len(g)
+        out = [int(n.bytes) if n.meta and n.meta.get("container") else 0 for n in g.nodes]
         if f:
             for i, n in enumerate(g.nodes):
                 if n.op.startswith("convolution_backward"):
                     # oneDNN reorders grad_output and the input to its blocked layout
-                    out[i] = int(f * sum(g[v].bytes for v in n.inputs[:2]))
+                    out[i] += int(f * sum(g[v].bytes for v in n.inputs[:2]))
                 elif n.op.startswith("convolution"):
-                    out[i] = int(f * n.bytes)
+                    out[i] += int(f * n.bytes)
         return out
 
     def uses_profiled_costs(self, g: Graph) -> bool:

@@ -63,17 +63,20 @@ class MLP(nn.Module):
 class ConvBN(nn.Module):
     """A small CNN with BatchNorm, ReLU, pooling and a residual connection."""
 
-    def __init__(self, channels=8, classes=10, dropout=0.0):
+    def __init__(self, channels=8, classes=10, dropout=0.0, blocks=1):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU())
-        self.block = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
-                                   nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                          nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+            for _ in range(blocks))
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(channels, classes)
 
     def forward(self, x):
         x = self.stem(x)
-        x = torch.relu(x + self.block(x))
+        for block in self.blocks:
+            x = torch.relu(x + block(x))
         x = nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
         return self.head(self.drop(x))
 

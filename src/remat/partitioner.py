@@ -117,15 +117,16 @@ class RematPartitioner(CustomPartitionerFn):
             return tc.torch_mincut(backup, joint_inputs, **kwargs)
 
     def _budgeted(self, joint, graph):
-        from .budgets import plan_within
+        from .budgets import TORCH_HEADROOM, plan_within, resolve_budget
         from .lowering import lower
 
         result = plan_within(graph, self.budget, self.solver, time_limit=self.time_limit,
-                             **self.solver_options)
+                             headroom=TORCH_HEADROOM, **self.solver_options)
         fw, bw, saved = lower(joint, result.schedule)
         plan = Plan.from_saved_set(
             graph, saved, solver=result.solver,
-            options={"budget": self.budget, "budget_bytes": int(result.budget), **self.solver_options},
+            options={"budget": self.budget, "budget_bytes": resolve_budget(graph, self.budget),
+                     "planned_bytes": int(result.budget), **self.solver_options},
             cost=result.cost, solve_seconds=result.solve_seconds,
             stats={"peak_bytes": result.peak_bytes, "status": result.status, "gap": result.gap,
                    "schedule_recomputes": result.sim.recomputes if result.sim else None})

@@ -98,7 +98,7 @@ CANDIDATE_MODES = ("auto", "ap", "linearized")
 class _Ctx:
     st: Staged
     n: int
-    fwd: np.ndarray  # bool per stage: a forward value (non-primal, role forward)
+    fwd: np.ndarray  # bool per stage: a forward value staged before the backward starts
     saveable: np.ndarray  # forward and allowed to be saved (candidate for a checkpoint)
     pinned: np.ndarray  # never recomputed whatever the policy (must_save, random ops)
     pinned_end: np.ndarray  # pinned: held through the last use of every forward descendant
@@ -118,11 +118,18 @@ def _build_context(g: Graph) -> _Ctx:
     a = g._arrays
     order = np.array(st.order, dtype=np.int64)
     n = st.n
-    fwd = a.forward[order] if n else np.zeros(0, dtype=bool)
-    cannot = a.cannot_save[order] if n else np.zeros(0, dtype=bool)
+    fwd = st.forward_phase
+    # a tuple is not a tensor: the forward cannot hand it to the backward
+    cannot = (a.cannot_save[order] | st.container) if n else np.zeros(0, dtype=bool)
     random_op = (np.array([g.nodes[i].category == "random" for i in st.order], dtype=bool)
                  if n else np.zeros(0, dtype=bool))
     pinned = fwd & (a.must_save[order] | random_op) if n else np.zeros(0, dtype=bool)
+    # a pinned tuple (a random op with several outputs) cannot reach the backward: its items
+    # are pinned instead, and the tuple lives until they are taken
+    for i in np.flatnonzero(pinned & st.container).tolist():
+        pinned[i] = False
+        for u in st.users[i]:
+            pinned[u] = bool(fwd[u])
     last_use = np.arange(n, dtype=np.int64)
     last_fwd = np.arange(n, dtype=np.int64)
     for i, us in enumerate(st.users):

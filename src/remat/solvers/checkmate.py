@@ -153,10 +153,10 @@ def strided_matrix(g: Graph, stride: int) -> np.ndarray:
     st = staged(g)
     n = st.n
     S = checkpoint_all_matrix(g)
-    fwd = [i for i in range(n) if st.graph.nodes[st.order[i]].is_forward and not st.kept[i]]
+    fwd = [i for i in range(n) if st.forward_phase[i] and not st.kept[i]]
     for p, i in enumerate(fwd):
         if stride > 1 and p % stride != stride - 1:
-            fw_users = [j for j in st.users[i] if st.graph.nodes[st.order[j]].is_forward]
+            fw_users = [j for j in st.users[i] if st.forward_phase[j]]
             last = max(fw_users, default=i)
             S[last + 1:, i] = False
     return S

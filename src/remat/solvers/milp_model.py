@@ -128,10 +128,9 @@ class CheckmateModel:
         cols = np.arange(self.u_start, self.u_start + self._num_u, dtype=np.int32)
         ub = np.full(len(cols), self.mem_limit(budget))
         h.changeColsBounds(len(cols), cols, np.zeros(len(cols)), ub)
-        if len(self.work_rows):
-            rows = self.work_rows.astype(np.int32)
-            h.changeRowsBounds(len(rows), rows, np.full(len(rows), -np.inf),
-                               np.full(len(rows), self.mem_limit(budget)))
+        limit = self.mem_limit(budget)
+        for r in self.work_rows.tolist():  # highspy 1.12 changes row bounds one at a time
+            h.changeRowBounds(int(r), -np.inf, limit)
 
     @property
     def _num_u(self) -> int:
@@ -185,9 +184,21 @@ class CheckmateModel:
         m = self.u_idx >= 0
         x[self.u_idx[m]] = U[m]
         if self.peak_col >= 0:
-            during = U + np.where(R, self.W / self.mem_scale, 0.0)[:, :n]
-            x[self.peak_col] = max(float(during[m].max()), self.col_lower[self.peak_col])
+            peak = (self.peak_bytes(x) - self.constant) / self.mem_scale
+            x[self.peak_col] = max(peak, self.col_lower[self.peak_col])
         return x
+
+    def peak_bytes(self, x: np.ndarray) -> float:
+        """The peak memory the model accounts to column vector ``x`` in bytes (constant
+        overhead included): the largest ``U[t, k]``, plus ``k``'s workspace where it runs."""
+        m = self.u_idx >= 0
+        U = np.zeros((self.n, self.n))
+        U[m] = x[self.u_idx[m]]
+        R = np.zeros((self.n, self.n))
+        mr = self.r_idx >= 0
+        R[mr] = x[self.r_idx[mr]]
+        during = U + R * (self.W / self.mem_scale)[None, :]
+        return float(during[m].max(initial=0.0)) * self.mem_scale + self.constant
 
     def normalize_s(self, S: np.ndarray) -> np.ndarray:
         """``S`` with the model's fixings applied (kept values held, useless entries dropped)."""
@@ -399,6 +410,9 @@ def build_model(g: Graph, budget: float | None, cost_model: CostModel | None = N
     s_t, s_i = np.tril_indices(n, -1)  # S[t, i], i < t
     s_lo = kept[s_i].astype(float)  # kept values stay resident
     s_hi = np.where(kept[s_i] | (hold[s_i] >= s_t), 1.0, 0.0)
+    # a tuple is not a tensor: the forward graph cannot hand it to the backward graph
+    fw = np.asarray(st.forward_phase, dtype=bool)
+    s_hi[st.container[s_i] & fw[s_i] & ~fw[s_t]] = 0.0
     s_cols = cols(len(s_t), s_lo, s_hi, 0.0, True)
     s_idx = np.full((n, n), -1, dtype=np.int64)
     s_idx[s_t, s_i] = s_cols

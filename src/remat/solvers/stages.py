@@ -38,6 +38,10 @@ class Staged:
     users: list[list[int]]  # stage numbers of each node's users
     kept: np.ndarray  # bool per stage node: kept to the end (outputs, gradients)
     once: np.ndarray  # bool per stage node: computed only once (random ops, must_save)
+    container: np.ndarray  # bool per stage node: a tuple of tensors (its getitems hold them)
+    forward_phase: np.ndarray  # bool per stage node: a forward value staged before the
+    # backward starts (a forward-role node that only the backward reads, such as a batch
+    # norm backward's ``x - mean``, sits in the backward and belongs to it)
 
     @property
     def n(self) -> int:
@@ -94,7 +98,14 @@ def _build(g: Graph) -> Staged:
             users[i].append(j)
     kept = kept_to_end(g)[order]
     once = never_recomputed(g)[order]
-    return Staged(g, order, pos, deps, users, kept, once)
+    fwd = a.forward[order] if order else np.zeros(0, dtype=bool)
+    later = np.flatnonzero(~fwd)
+    forward_phase = fwd.copy()
+    if len(later):
+        forward_phase[later[0]:] = False
+    container = np.array([bool(g.nodes[i].meta and g.nodes[i].meta.get("container"))
+                          for i in order], dtype=bool)
+    return Staged(g, order, pos, deps, users, kept, once, container, forward_phase)
 
 
 def lifetime_matrix(st: Staged, mask: np.ndarray | None = None) -> np.ndarray:
