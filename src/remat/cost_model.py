@@ -42,7 +42,7 @@ PROFILES = {
     # a 2-core x86 machine: ~50 GFLOP/s fp32 matmul, ~8 GB/s copy (remat.calibrate measures yours)
     # (measured here with benchmarks/conv_workspace.py: a CPU convolution allocates one more
     # buffer of its output's size while it runs, its backward buffers of grad_output's and
-    # the input's sizes)
+    # the input's sizes; either a weight-sized one when the weight is larger)
     "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6, conv_workspace=1.0),
 }
 
@@ -67,11 +67,16 @@ class CostModel:
         out = [int(n.bytes) if n.meta and n.meta.get("container") else 0 for n in g.nodes]
         if f:
             for i, n in enumerate(g.nodes):
+                # oneDNN reorders the operands to its blocked layouts: the activations
+                # (grad_output and input in the backward), or the weight when it is larger
+                # (small spatial sizes); benchmarks/conv_workspace.py measures both
+                weight = g[n.inputs[-1 if n.op.startswith("convolution_backward") else 1]].bytes \
+                    if len(n.inputs) >= 2 else 0
                 if n.op.startswith("convolution_backward"):
-                    # oneDNN reorders grad_output and the input to its blocked layout
-                    out[i] += int(f * sum(g[v].bytes for v in n.inputs[:2]))
+                    acts = sum(g[v].bytes for v in n.inputs[:2])
+                    out[i] += int(f * max(acts, weight))
                 elif n.op.startswith("convolution"):
-                    out[i] += int(f * n.bytes)
+                    out[i] += int(f * max(n.bytes, weight))
         return out
 
     def uses_profiled_costs(self, g: Graph) -> bool:

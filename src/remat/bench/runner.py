@@ -202,7 +202,8 @@ def run(models: Iterable[str] | str = "all", sizes: Iterable[str] | str = "tiny"
         raise RuntimeError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")
     out = Path(out_dir) if out_dir is not None else None
     records: list[dict] = report.load_results(out / "results.json") if (out and resume) else []
-    done = {report.key(r) for r in records if r.get("status") == "ok"}
+    # a record counts as done only for the compiler asked for (eager and inductor differ)
+    done = {report.key(r) for r in records if r.get("status") == "ok" and r.get("compiler") == compiler}
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)

@@ -1,0 +1,76 @@
+"""Transient memory of CPU convolutions, measured against the cost model's workspace.
+
+A CPU convolution (oneDNN) allocates buffers beyond its inputs and outputs while it runs:
+layout reorders of its operands. The simulator and the Checkmate MILP add
+:meth:`remat.cost_model.CostModel.workspace` at the moment each op runs: on the ``cpu``
+profile one buffer of the output's size for a forward convolution, and buffers of
+grad_output's and the input's sizes for its backward (plus the outputs of a multi-output op,
+which it allocates while running). This script measures the transient (peak during the call
+less the bytes it leaves allocated) with the profiler's allocation records over a few
+shapes, beside the model's figure, and prints the ratio measured / model.
+
+    PYTHONPATH=src python benchmarks/conv_workspace.py [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from remat.bench.measure import _quiet_stderr
+
+SHAPES = [  # batch, in channels, out channels, spatial, kernel, stride, output mask
+    (16, 8, 8, 32, 3, 1, (True, True, True)),
+    (4, 32, 64, 16, 3, 1, (True, True, True)),
+    (4, 64, 64, 16, 1, 1, (True, True, True)),
+    (8, 64, 128, 32, 3, 2, (True, True, True)),
+    (8, 64, 128, 32, 3, 2, (False, True, True)),
+    (2, 3, 64, 56, 7, 2, (False, True, True)),
+    (8, 128, 128, 14, 3, 1, (True, False, False)),
+    (8, 32, 32, 16, 3, 1, (True, True, False)),
+]
+
+
+def transient(fn) -> int:
+    """Peak bytes allocated during ``fn()`` above the bytes it leaves allocated."""
+    fn()
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()  # kept: its outputs stay allocated, so they are not counted as transient
+    del out
+    events = sorted((e.start_ns(), int(e.nbytes())) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]")
+    total = peak = 0
+    for _, b in events:
+        total += b
+        peak = max(peak, total)
+    return peak - total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print("| shape (N, Cin, Cout, HxW, k, stride) | mask | fw measured / output | "
+          "bw measured / (grad_out + input) |")
+    print("| --- | --- | ---: | ---: |")
+    for n, ci, co, hw, k, s, mask in SHAPES:
+        x = torch.randn(n, ci, hw, hw)
+        w = torch.randn(co, ci, k, k)
+        p = k // 2
+        y = torch.nn.functional.conv2d(x, w, stride=s, padding=p)
+        go = torch.randn_like(y)
+        fw = transient(lambda: torch.ops.aten.convolution(x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1))
+        bw = transient(lambda: torch.ops.aten.convolution_backward(
+            go, x, w, [co], [s, s], [p, p], [1, 1], False, [0, 0], 1, list(mask)))
+        model_bw = (go.numel() + x.numel()) * 4
+        print(f"| {n}, {ci}, {co}, {hw}x{hw}, {k}, {s} | {''.join('1' if m else '0' for m in mask)} "
+              f"| {fw / (y.numel() * 4):.2f} | {bw / model_bw:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
