@@ -5,7 +5,8 @@ layout reorders of its operands. The simulator and the Checkmate MILP add
 :meth:`remat.cost_model.CostModel.workspace` at the moment each op runs: on the ``cpu``
 profile one buffer of the output's size for a forward convolution, and buffers of
 grad_output's and the input's sizes for its backward (plus the outputs of a multi-output op,
-which it allocates while running). This script measures the transient (peak during the call
+which it allocates while running); either term is replaced by the weight's size when that is
+larger (small spatial sizes). This script measures the transient (peak during the call
 less the bytes it leaves allocated) with the profiler's allocation records over a few
 shapes, beside the model's figure, and prints the ratio measured / model.
 
@@ -30,6 +31,9 @@ SHAPES = [  # batch, in channels, out channels, spatial, kernel, stride, output 
     (2, 3, 64, 56, 7, 2, (False, True, True)),
     (8, 128, 128, 14, 3, 1, (True, False, False)),
     (8, 32, 32, 16, 3, 1, (True, True, False)),
+    (2, 128, 256, 4, 3, 1, (True, True, True)),
+    (2, 64, 64, 8, 3, 1, (True, True, True)),
+    (2, 256, 256, 2, 3, 1, (False, True, False)),
 ]
 
 
@@ -67,9 +71,10 @@ def main() -> None:
         fw = transient(lambda: torch.ops.aten.convolution(x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1))
         bw = transient(lambda: torch.ops.aten.convolution_backward(
             go, x, w, [co], [s, s], [p, p], [1, 1], False, [0, 0], 1, list(mask)))
-        model_bw = (go.numel() + x.numel()) * 4
+        model_fw = max(y.numel(), w.numel()) * 4  # remat.cost_model's cpu profile
+        model_bw = max(go.numel() + x.numel(), w.numel()) * 4
         print(f"| {n}, {ci}, {co}, {hw}x{hw}, {k}, {s} | {''.join('1' if m else '0' for m in mask)} "
-              f"| {fw / (y.numel() * 4):.2f} | {bw / model_bw:.2f} |")
+              f"| {fw / model_fw:.2f} | {bw / model_bw:.2f} |")
 
 
 if __name__ == "__main__":
