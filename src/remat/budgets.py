@@ -35,7 +35,7 @@ BUDGET_SOLVERS: dict[str, tuple[str, str]] = {
 
 
 TORCH_HEADROOM = 0.01
-"""Share of a budget that ``remat.compile`` keeps free on a real training step for
+"""Share of a byte budget that ``remat.compile`` keeps free on a real training step for
 allocations the cost model does not see (oneDNN's per-thread scratch in a CPU convolution's
 backward measured 0.55% of the ConvBN test step; allocator rounding): it plans within
 ``(1 - TORCH_HEADROOM) * budget``."""
@@ -142,13 +142,17 @@ def plan_within(g: Graph, budget: str | float | int, solver: str = "auto", *,
     """The cheapest schedule ``solver`` finds within ``budget`` (see the module docstring).
 
     ``solver="auto"`` runs Checkmate's MILP for ``time_limit`` seconds and keeps the best of
-    it and the baselines in :data:`AUTO_BASELINES`. ``headroom``: the share of the budget
+    it and the baselines in :data:`AUTO_BASELINES`. ``headroom``: the share of a byte budget
     left free for what the cost model does not see (the solvers plan within
-    ``(1 - headroom) * budget``). Raises :class:`InfeasibleBudgetError` when nothing fits.
+    ``(1 - headroom) * budget``; a fractional budget, being relative to the simulator's own
+    peak, gets none). Raises :class:`InfeasibleBudgetError` when nothing fits.
     """
     if not 0.0 <= headroom < 1.0:
         raise ValueError(f"headroom must be in [0, 1), not {headroom}")
-    limit = int(resolve_budget(g, budget) * (1.0 - headroom))
+    if parse_budget(budget)[0] == "fraction":
+        headroom = 0.0  # a fraction is of the simulator's own peak: 1.0 always fits
+    asked = resolve_budget(g, budget)
+    limit = int(asked * (1.0 - headroom))
     solvers = budget_solvers()
     if solver != "auto" and solver not in solvers:
         raise ValueError(f"unknown budgeted solver {solver!r}; choose 'auto' or one of {sorted(solvers)}")
@@ -168,9 +172,9 @@ def plan_within(g: Graph, budget: str | float | int, solver: str = "auto", *,
     reasons = f"{first.solver}: {first.status}" + (f", {first.message}" if first.message else "")
     if len(tried) > 1:
         reasons += f"; {len(tried) - 1} baselines also over budget"
-    room = f", less {headroom:.0%} headroom" if headroom else ""
+    room = f" (planned within {_fmt(limit)}, {headroom:.0%} left free)" if headroom else ""
     raise InfeasibleBudgetError(
-        f"no schedule of {g.name!r} fits the budget of {_fmt(limit)}{room} ({reasons}). The "
+        f"no schedule of {g.name!r} fits the budget of {_fmt(asked)}{room} ({reasons}). The "
         f"smallest feasible budget found is {_fmt(peak)} ({peak} bytes, by {how}); inputs and "
         f"parameters alone take {_fmt(simulate_constant(g))}.", smallest_feasible=peak)
 

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from .cost_model import DeviceProfile
+from .cost_model import PROFILES, DeviceProfile
 
 
 def _best(fn, repeats: int, warmup: int = 2, timer=None) -> float:
@@ -66,7 +66,9 @@ def _measure(device: str, n_matmul: int, copy_bytes: int, dtype=torch.float32) -
 
     launch = _best(tiny, repeats=5, timer=timer) / reps
     name = "cpu" if device == "cpu" else torch.cuda.get_device_name(torch.device(device))
-    return DeviceProfile(f"{name} (measured)", flops, bandwidth, launch)
+    # the transient memory of a CPU convolution is the cpu profile's (benchmarks/conv_workspace.py)
+    work = PROFILES["cpu"].conv_workspace if device == "cpu" else 0.0
+    return DeviceProfile(f"{name} (measured)", flops, bandwidth, launch, conv_workspace=work)
 
 
 @functools.cache

@@ -1,0 +1,85 @@
+"""One budgeted training step, measured: ``remat.compile(model, budget=B)`` against eager.
+
+:func:`budgeted_step` puts the budget at ``where`` between the smallest feasible budget remat
+finds cheaply and the no-recomputation peak, compiles a copy of the model with it, runs one
+step beside an eager copy, and measures the step's peak memory (profiler allocation records
+on CPU, the CUDA allocator on a GPU) next to the simulator's prediction for the plan. Used
+by ``tests/test_budget_torch.py`` (assertions) and ``benchmarks/budget_torch.py`` (a table).
+
+>>> import torch
+>>> from remat import models as M
+>>> r = budgeted_step(M.ConvBN(), (torch.randn(4, 3, 16, 16),), "chen-greedy", 0.5)
+>>> r.sim.peak_bytes <= r.plan.options["planned_bytes"] < r.budget
+True
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+
+from ..budgets import reference_peak, smallest_feasible
+from ..simulator import SimResult, simulate
+from .measure import gradient_bytes, peak_memory
+
+
+def scalar_loss(out: torch.Tensor) -> torch.Tensor:
+    """The output itself when it is a loss (a scalar), else the sum of its squares."""
+    return out if out.dim() == 0 else out.float().pow(2).sum()
+
+
+@dataclass
+class BudgetedStep:
+    low: int  # smallest feasible budget found cheaply (bytes)
+    high: int  # no-recomputation peak (bytes)
+    budget: int
+    plan: object  # remat.plans.Plan, with .schedule
+    sim: SimResult = field(repr=False)
+    measured_total: int  # resident before the step + the step's measured peak
+    measured: int  # the step's measured peak above its start
+    predicted: int  # the simulator's peak above the step's start
+    grads: list[tuple[str, torch.Tensor, torch.Tensor]] = field(repr=False)  # name, remat, eager
+
+    @property
+    def grad_error(self) -> float:
+        return max((float((a - b).abs().max()) for _, a, b in self.grads), default=0.0)
+
+
+def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: float, *,
+                  time_limit: float = 20.0, strict: bool = True, device="cpu") -> BudgetedStep:
+    """Compile a copy of ``model`` with a budget at ``where`` in [smallest feasible,
+    no-recomputation peak] (``compiler="eager"``), run one step and measure it. The budget
+    is in bytes, so remat plans within it less :data:`remat.budgets.TORCH_HEADROOM`: at
+    ``where`` near 0 that can be infeasible (``InfeasibleBudgetError``)."""
+    import remat
+
+    reference = copy.deepcopy(model)
+    scalar_loss(reference(*inputs)).backward()
+    g = remat.plan(copy.deepcopy(model), *inputs).graph
+    low, _ = smallest_feasible(g)
+    high = reference_peak(g)
+    budget = int(low + where * (high - low))
+
+    plans = []
+    test_model = copy.deepcopy(model)
+    compiled = remat.compile(test_model, compiler="eager", budget=budget, solver=solver,
+                             time_limit=time_limit, strict=strict,
+                             on_plan=lambda g, p: plans.append(p))
+
+    def step():
+        for p in test_model.parameters():
+            p.grad = None
+        scalar_loss(compiled(*inputs)).backward()
+
+    step()
+    grads = [(k, p.grad, q.grad) for (k, p), q in zip(test_model.named_parameters(),
+                                                      reference.parameters())]
+    (plan,) = plans
+    sim = simulate(plan.schedule)
+    held = list(test_model.parameters()) + [t for t in inputs if isinstance(t, torch.Tensor)]
+    measured = peak_memory(step, device, held=held)
+    predicted = sim.peak_bytes - sim.constant_bytes - gradient_bytes(plan.graph)
+    return BudgetedStep(low, high, budget, plan, sim, measured.resident_before + measured.peak_bytes,
+                        measured.peak_bytes, predicted, grads)
