@@ -357,3 +357,32 @@ def test_lp_warm_start_never_worse_than_lp_rounding():
     if lp.feasible:
         check_result(r, g, budget)
         assert r.cost <= lp.cost * (1 + REL)
+
+
+def test_models_over_the_column_limit_are_not_built():
+    """A graph whose MILP would exceed ``max_columns`` gets status ``too_large`` at once
+    (with the estimate, which equals the built model's size), from the MILP, the LP
+    rounding and min_budget; ``plan_within(solver="auto")`` still plans it with the
+    baselines."""
+    from remat.budgets import plan_within
+    from remat.solvers.milp_model import estimated_columns
+
+    g = checkmate_graph("VGG16")
+    budget = checkpoint_all_peak(g)
+    cols = build_model(g, budget).num_col
+    assert estimated_columns(staged(g)) == cols
+    r = checkmate(g, budget, max_columns=cols - 1)
+    assert r.status == "too_large" and not r.feasible and f"{cols:,} columns" in r.message
+    assert checkmate(g, budget, max_columns=cols).status == "optimal"
+    assert checkmate_lp(g, budget, max_columns=cols - 1).status == "too_large"
+    mb = min_budget(g, max_columns=cols - 1)
+    assert mb.status == "too_large" and mb.budget >= mb.lower_bound
+    # a 1200-node chain (~2.9M columns) is refused by default, before any model is built
+    nodes = [Node("x", "placeholder", (), role="input", bytes=4, category="input")]
+    nodes += [Node(f"v{k}", "op", (nodes[-1].name if k == 0 else f"v{k - 1}",), bytes=4,
+                   cost=1.0, category="compute") for k in range(1200)]
+    chain = Graph(nodes, name="chain")
+    r = checkmate(chain, 10**6)
+    assert r.status == "too_large" and "build_seconds" not in r.details
+    auto = plan_within(chain, 10**6, "auto")
+    assert auto.feasible and auto.solver != "checkmate"

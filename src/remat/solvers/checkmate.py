@@ -37,7 +37,7 @@ from ..schedule import Schedule
 from ..simulator import SimResult, simulate
 from .budget import BudgetResult, judged
 from .milp_model import (CheckmateModel, build_model, constant_bytes, new_highs, run_highs,
-                         stage_arrays, stage_workspace)
+                         stage_arrays, stage_workspace, too_large)
 from .stages import schedule_from_rs, solve_r, staged
 
 NAME = "checkmate"
@@ -243,7 +243,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
               cost_model: CostModel | None = None, mip_gap: float = 0.0,
               threads: int | None = None, verbose: bool = False, free_form: str = "tight",
               explain_infeasible: bool = True, warm_start="auto",
-              highs_options: dict | None = None) -> BudgetResult:
+              highs_options: dict | None = None, max_columns: int | None = None) -> BudgetResult:
     """The cheapest frontier-advancing schedule of ``g`` within ``budget`` bytes (problem 9).
 
     ``time_limit`` (seconds, the whole call) stops the search: the best schedule found is
@@ -269,6 +269,10 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     past its root in the time left, the starting schedule is returned with status
     ``"time_limit"`` (``details["emission"]`` says so).
 
+    A graph whose model would exceed ``max_columns`` columns
+    (:data:`~remat.solvers.milp_model.MAX_COLUMNS` by default) is not built: status
+    ``"too_large"``, with the estimate in the message.
+
     If the simulator rejects the rounded schedule, ``R`` is re-derived with :func:`solve_r`;
     if it is still over budget (numerical slack of a few bytes) the MILP is solved again with
     the budget lowered by the excess (twice at most); such re-solves report ``"feasible"``
@@ -286,6 +290,10 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     hopeless = below_lower_bound(NAME, g, budget, cm, details, t0)
     if hopeless is not None:
         return hopeless
+    big = too_large(staged(g), max_columns)
+    if big is not None:
+        return judged(NAME, budget, None, solve_seconds=elapsed(), status="too_large",
+                      cost_model=cm, details=details, message=big)
     if staged(g).n == 0:
         return judged(NAME, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
                       status="optimal", cost_model=cm, lower_bound=0.0, details=details)
@@ -400,7 +408,8 @@ class MinBudget:
 
     budget: int  # simulated peak of the best schedule found (a feasible budget)
     lower_bound: int  # no frontier-advancing schedule peaks below this
-    status: str  # "optimal" (budget == smallest possible), "time_limit", "no_solution"
+    status: str  # "optimal" (budget == smallest possible), "time_limit", "no_solution",
+    # "too_large" (no model built: budget from the baselines, lower_bound the cheap bound)
     schedule: Schedule | None
     seconds: float
     sim: SimResult | None = field(default=None, repr=False)
@@ -413,7 +422,8 @@ class MinBudget:
 
 def min_budget(g: Graph, *, time_limit: float | None = None,
                cost_model: CostModel | None = None, threads: int | None = None,
-               verbose: bool = False, free_form: str = "tight") -> MinBudget:
+               verbose: bool = False, free_form: str = "tight",
+               max_columns: int | None = None) -> MinBudget:
     """The smallest feasible budget: problem 9's constraints with a peak variable ``P >= U``
     for every ``U``, minimizing ``P`` (no cost objective). The emitted schedule's simulated
     peak is the budget returned; HiGHS's dual bound (and :func:`memory_lower_bound`) give
@@ -430,6 +440,13 @@ def min_budget(g: Graph, *, time_limit: float | None = None,
         sim = simulate(sched, cm)
         return MinBudget(sim.peak_bytes, sim.peak_bytes, "optimal", sched,
                          time.perf_counter() - t0, sim)
+    big = too_large(st, max_columns)
+    if big is not None:
+        from ..budgets import smallest_feasible
+
+        peak, how = smallest_feasible(g)
+        return MinBudget(int(peak), int(lb), "too_large", None, time.perf_counter() - t0,
+                         details={"source": how, "message": big})
     model = build_model(g, None, cm, objective="peak", free_form=free_form)
     # the peak is at least the cheap bound: lets HiGHS stop as soon as an incumbent reaches it
     model.col_lower[model.peak_col] = max(0.0, model.mem_limit(lb) * (1 - 1e-9))

@@ -30,7 +30,7 @@ from ..schedule import Schedule
 from ..simulator import simulate
 from .budget import BudgetResult, judged
 from .checkmate import below_lower_bound
-from .milp_model import build_model, new_highs, run_highs
+from .milp_model import build_model, new_highs, run_highs, too_large
 from .stages import schedule_from_rs, solve_r, staged
 
 NAME = "checkmate-lp"
@@ -45,13 +45,15 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
                  cost_model: CostModel | None = None,
                  thresholds=DEFAULT_THRESHOLDS, epsilons=DEFAULT_EPSILONS,
                  threads: int | None = None, verbose: bool = False,
-                 free_form: str = "tight", refine: bool = True) -> BudgetResult:
+                 free_form: str = "tight", refine: bool = True,
+                 max_columns: int | None = None) -> BudgetResult:
     """Two-phase LP rounding at ``budget`` bytes, swept over ``thresholds`` x ``epsilons``.
 
     Returns the cheapest simulated-feasible candidate (status ``"feasible"``) with the LP lower
     bound; ``"infeasible"`` when the relaxation itself is infeasible (then no schedule fits);
     ``"no_solution"`` when no candidate fits the budget; ``"time_limit"`` when the limit
-    stopped the sweep before any candidate fitted.
+    stopped the sweep before any candidate fitted; ``"too_large"`` when the model would
+    exceed ``max_columns`` (see :func:`~remat.solvers.checkmate.checkmate`).
     """
     t0 = time.perf_counter()
     cm = cost_model or default_cost_model()
@@ -69,6 +71,10 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
         return hopeless
     lb_bytes = details["memory_lower_bound"]
     st = staged(g)
+    big = too_large(st, max_columns)
+    if big is not None:
+        return judged(NAME, budget, None, solve_seconds=elapsed(), status="too_large",
+                      cost_model=cm, details=details, message=big)
     if st.n == 0:
         return judged(NAME, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
                       status="feasible", cost_model=cm, lower_bound=0.0, details=details)
