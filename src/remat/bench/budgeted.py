@@ -48,11 +48,13 @@ class BudgetedStep:
 
 
 def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: float, *,
-                  time_limit: float = 20.0, strict: bool = True, device="cpu") -> BudgetedStep:
+                  time_limit: float = 20.0, strict: bool = True, device="cpu",
+                  budget: int | None = None) -> BudgetedStep:
     """Compile a copy of ``model`` with a budget at ``where`` in [smallest feasible,
     no-recomputation peak] (``compiler="eager"``), run one step and measure it. The budget
     is in bytes, so remat plans within it less :data:`remat.budgets.TORCH_HEADROOM`: at
-    ``where`` near 0 that can be infeasible (``InfeasibleBudgetError``)."""
+    ``where`` near 0 that can be infeasible (``InfeasibleBudgetError``). ``budget`` (bytes)
+    replaces ``where``."""
     import remat
 
     reference = copy.deepcopy(model)
@@ -60,7 +62,8 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
     g = remat.plan(copy.deepcopy(model), *inputs).graph
     low, _ = smallest_feasible(g)
     high = reference_peak(g)
-    budget = int(low + where * (high - low))
+    if budget is None:
+        budget = int(low + where * (high - low))
 
     plans = []
     test_model = copy.deepcopy(model)
