@@ -121,4 +121,3 @@ def test_auto_plans_within_any_budget_a_baseline_reaches():
     assert how in AUTO_BASELINES or how == "recompute-all", how
     r = plan_within(g, int(low * 1.01), "auto", time_limit=5)
     assert r.feasible and r.peak_bytes <= int(low * 1.01)
-
