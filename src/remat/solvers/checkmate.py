@@ -94,23 +94,27 @@ def checkpoint_all_peak(g: Graph) -> int:
     return simulate(checkpoint_all(g)).peak_bytes
 
 
-def below_lower_bound(solver: str, g: Graph, budget: float, cm: CostModel, details: dict,
-                      t0: float) -> BudgetResult | None:
-    """The infeasible result when ``budget`` is below the constant overhead or
-    :func:`memory_lower_bound` (no solver need run), else None. Fills ``details`` with both
-    bounds."""
+def early_result(solver: str, g: Graph, budget: float, cm: CostModel, details: dict,
+                 t0: float, max_columns: int | None = None) -> BudgetResult | None:
+    """The result that needs no solve, else None: infeasible when ``budget`` is below the
+    constant overhead or :func:`memory_lower_bound`; ``"too_large"`` when the model would
+    exceed ``max_columns`` (:func:`~remat.solvers.milp_model.too_large`). Fills ``details``
+    with both bounds."""
     const = constant_bytes(g)
     lb_bytes, why = memory_lower_bound(g)
     details.update(memory_lower_bound=lb_bytes, constant_bytes=const)
+    status, msg = "infeasible", None
     if budget < const:
         msg = (f"infeasible budget: {int(budget)} bytes is below the constant overhead of "
                f"{const} bytes (inputs and parameters, resident throughout)")
     elif budget < lb_bytes:
         msg = f"infeasible budget: {int(budget)} bytes is below {lb_bytes} bytes: {why}"
     else:
+        status, msg = "too_large", too_large(staged(g), max_columns)
+    if msg is None:
         return None
-    return judged(solver, budget, None, solve_seconds=time.perf_counter() - t0,
-                  status="infeasible", cost_model=cm, details=details, message=msg)
+    return judged(solver, budget, None, solve_seconds=time.perf_counter() - t0, status=status,
+                  cost_model=cm, details=details, message=msg)
 
 
 # ---- emission --------------------------------------------------------------------------------
@@ -287,13 +291,9 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     def elapsed() -> float:
         return time.perf_counter() - t0
 
-    hopeless = below_lower_bound(NAME, g, budget, cm, details, t0)
-    if hopeless is not None:
-        return hopeless
-    big = too_large(staged(g), max_columns)
-    if big is not None:
-        return judged(NAME, budget, None, solve_seconds=elapsed(), status="too_large",
-                      cost_model=cm, details=details, message=big)
+    early = early_result(NAME, g, budget, cm, details, t0, max_columns)
+    if early is not None:
+        return early
     if staged(g).n == 0:
         return judged(NAME, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
                       status="optimal", cost_model=cm, lower_bound=0.0, details=details)

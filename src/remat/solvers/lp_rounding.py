@@ -29,8 +29,8 @@ from ..graph import Graph
 from ..schedule import Schedule
 from ..simulator import simulate
 from .budget import BudgetResult, judged
-from .checkmate import below_lower_bound
-from .milp_model import build_model, new_highs, run_highs, too_large
+from .checkmate import early_result
+from .milp_model import build_model, new_highs, run_highs
 from .stages import schedule_from_rs, solve_r, staged
 
 NAME = "checkmate-lp"
@@ -66,15 +66,11 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
     def out_of_time() -> bool:
         return time_limit is not None and elapsed() >= time_limit
 
-    hopeless = below_lower_bound(NAME, g, budget, cm, details, t0)
-    if hopeless is not None:
-        return hopeless
+    early = early_result(NAME, g, budget, cm, details, t0, max_columns)
+    if early is not None:
+        return early
     lb_bytes = details["memory_lower_bound"]
     st = staged(g)
-    big = too_large(st, max_columns)
-    if big is not None:
-        return judged(NAME, budget, None, solve_seconds=elapsed(), status="too_large",
-                      cost_model=cm, details=details, message=big)
     if st.n == 0:
         return judged(NAME, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
                       status="feasible", cost_model=cm, lower_bound=0.0, details=details)
