@@ -156,3 +156,25 @@ def test_budgeted_step_with_inductor_kernels():
 
     measured = peak_memory(step, held=list(test_model.parameters()) + [x])
     assert measured.resident_before + measured.peak_bytes <= budget
+
+
+def test_min_cut_plans_run_as_budgeted_schedules():
+    """``solver="auto"`` also weighs seeds/000's min-cut plans: as budgeted solvers their
+    saved set is lowered to a schedule, judged against the budget, and trained through the
+    budgeted lowering with gradients equal to eager, within the budget."""
+    from remat.budgets import budget_solvers, plan_within
+
+    g = _graph("gpt2")
+    agg = budget_solvers()["mincut-aggressive"](g, reference_peak(g))
+    assert agg.feasible and agg.sim.recomputes > 0
+    assert not budget_solvers()["mincut-aggressive"](g, agg.peak_bytes - 1).feasible
+    auto = plan_within(g, agg.peak_bytes, "auto", time_limit=5)
+    assert auto.feasible and auto.cost <= agg.cost * (1 + 1e-9)
+
+    model, inputs, _, _ = _cases()["gpt2"]
+    budget = int(agg.peak_bytes / 0.99) + 1  # the byte budget whose planned share fits it
+    r = budgeted_step(model, inputs, "mincut-aggressive", 0.0, budget=budget)
+    for k, got, want in r.grads:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=k)
+    assert r.plan.solver == "mincut-aggressive" and r.measured_total <= r.budget
+    assert 0.85 <= r.predicted / r.measured <= 1.15

@@ -56,13 +56,15 @@ class InfeasibleBudgetError(RematError):
 
 
 def budget_solvers() -> dict[str, Callable[..., BudgetResult]]:
-    """Every budgeted solver by name: Checkmate's MILP and LP rounding, and the baselines."""
+    """Every budgeted solver by name: Checkmate's MILP and LP rounding, the baselines, and
+    the min cut in both modes."""
     out = {}
     for name, (mod, fn) in BUDGET_SOLVERS.items():
         out[name] = getattr(importlib.import_module(mod), fn)
     from .solvers.baselines import BASELINES
 
     out.update(BASELINES)
+    out.update(MINCUT_BUDGETED)
     return out
 
 
@@ -144,8 +146,9 @@ def plan_within(g: Graph, budget: str | float | int, solver: str = "auto", *,
                 **options) -> BudgetResult:
     """The cheapest schedule ``solver`` finds within ``budget`` (see the module docstring).
 
-    ``solver="auto"`` runs Checkmate's MILP for ``time_limit`` seconds and keeps the best of
-    it and the baselines in :data:`AUTO_BASELINES`. ``headroom``: the share of a byte budget
+    ``solver="auto"`` runs Checkmate's MILP for ``time_limit`` seconds and keeps the cheapest
+    of it, the baselines in :data:`AUTO_BASELINES` and the min cuts (:data:`MINCUT_BUDGETED`)
+    that fit. ``headroom``: the share of a byte budget
     left free for what the cost model does not see (the solvers plan within
     ``(1 - headroom) * budget``; a fractional budget, being relative to the simulator's own
     peak, gets none). Raises :class:`InfeasibleBudgetError` when nothing fits.
@@ -159,7 +162,7 @@ def plan_within(g: Graph, budget: str | float | int, solver: str = "auto", *,
     solvers = budget_solvers()
     if solver != "auto" and solver not in solvers:
         raise ValueError(f"unknown budgeted solver {solver!r}; choose 'auto' or one of {sorted(solvers)}")
-    names = ["checkmate", *AUTO_BASELINES] if solver == "auto" else [solver]
+    names = ["checkmate", *AUTO_BASELINES, *MINCUT_BUDGETED] if solver == "auto" else [solver]
     tried: list[BudgetResult] = []
     for name in names:
         kwargs = dict(options)
@@ -180,6 +183,38 @@ def plan_within(g: Graph, budget: str | float | int, solver: str = "auto", *,
         f"no schedule of {g.name!r} fits the budget of {_fmt(asked)}{room} ({reasons}). The "
         f"smallest feasible budget found is {_fmt(peak)} ({peak} bytes, by {how}); inputs and "
         f"parameters alone take {_fmt(simulate_constant(g))}.", smallest_feasible=peak)
+
+
+def _mincut_budgeted(mode: str) -> Callable[..., BudgetResult]:
+    def solver(g: Graph, budget: float, **_options) -> BudgetResult:
+        import time
+
+        from .solvers.budget import judged
+        from .solvers.mincut import mincut
+
+        t0 = time.perf_counter()
+        name = f"mincut-{mode}"
+        try:
+            plan = mincut(g, mode)
+        except RematError as e:  # a graph the min cut cannot plan
+            return judged(name, budget, None, solve_seconds=time.perf_counter() - t0,
+                          status="unsupported", message=str(e))
+        sched = schedule_from_saved_set(g, [v.name for v in plan.saved])
+        sched.meta.update(solver=name)
+        return judged(name, budget, sched, solve_seconds=time.perf_counter() - t0,
+                      status="feasible")
+
+    solver.__name__ = f"mincut_{mode}"
+    solver.__doc__ = (f"seeds/000's min cut ({mode} mode) as a budgeted solver: its saved set "
+                      "lowered to a schedule and judged against the budget (no search over "
+                      "the budget: it fits or it does not).")
+    return solver
+
+
+MINCUT_BUDGETED = {f"mincut-{m}": _mincut_budgeted(m) for m in ("conservative", "aggressive")}
+"""seeds/000's min cut in both modes as budgeted solvers. On large graphs whose MILP cannot
+finish, a min cut that fits is often cheaper than the chain policies; ``solver="auto"``
+tries both."""
 
 
 def simulate_constant(g: Graph) -> int:

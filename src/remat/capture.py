@@ -10,6 +10,7 @@ so that "fusible" means what inductor fuses.
 from __future__ import annotations
 
 import operator
+import re
 from typing import Collection
 
 import torch
@@ -127,6 +128,15 @@ def _value_info(val) -> tuple[int, tuple[int, ...] | None, str | None, bool]:
     return 0, None, None, val is not None
 
 
+def _returns_views_list(schema) -> bool:
+    """``Tensor(a)[]`` returned from a ``Tensor(a ...)`` first argument (split, unbind, chunk):
+    the Python binding leaves a list's alias set empty, so the schema text is read."""
+    text = str(schema)
+    ret = re.fullmatch(r"Tensor\((\w+)\)\[\]", text.rsplit(") -> ", 1)[-1].strip())
+    arg = re.search(r"\(Tensor\((\w+)( -> \*)?\) ", text)
+    return bool(ret and arg and ret.group(1) == arg.group(1))
+
+
 def _memory_meta(node: fx.Node, val, aliases: dict[str, str]) -> dict:
     """How a value holds memory: ``alias_of`` names the value whose storage a view shares
     (followed to its root); ``container`` marks a tuple, whose items hold the memory."""
@@ -143,6 +153,8 @@ def _memory_meta(node: fx.Node, val, aliases: dict[str, str]) -> dict:
             if ret is not None and arg is not None and not ret.is_write \
                     and set(ret.before_set) & set(arg.before_set):
                 base = src
+            elif _returns_views_list(schema):
+                base = src  # split/unbind/chunk: the list's items are views of the input
     meta: dict = {}
     if base is not None:
         aliases[node.name] = meta["alias_of"] = aliases.get(base.name, base.name)

@@ -64,7 +64,8 @@ class CostModel:
 
     def _workspace(self, g: Graph) -> list[int]:
         f = self.device.conv_workspace
-        out = [int(n.bytes) if n.meta and n.meta.get("container") else 0 for n in g.nodes]
+        out = [int(n.bytes) if n.meta and n.meta.get("container") and not n.meta.get("alias_of")
+               else 0 for n in g.nodes]  # a split's items are views: nothing allocated
         if f:
             for i, n in enumerate(g.nodes):
                 # oneDNN reorders the operands to its blocked layouts: the activations
