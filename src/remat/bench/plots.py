@@ -109,12 +109,7 @@ def normalized_plot(records: Sequence[dict], path: str | Path, title: str = "") 
     axes[1].set_xticklabels([m[0] for m in models], rotation=45, ha="right")
     axes[0].legend(ncol=min(len(methods), 6), fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0))
     fig.suptitle(title or "normalized to no-recompute (dotted: geometric mean over models)")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def timeline_plot(records: Sequence[dict], path: str | Path, out_dir: str | Path | None = None,
@@ -155,11 +150,16 @@ def timeline_plot(records: Sequence[dict], path: str | Path, out_dir: str | Path
         ax2.grid(alpha=0.3)
         ax2.legend(fontsize=8)
     fig.suptitle(title)
+    return _save(fig, path)
+
+
+def _save(fig, path: str | Path) -> Path:
+    """Lay out, write (creating the folder) and close ``fig``."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _plt().close(fig)
     return path
 
 
