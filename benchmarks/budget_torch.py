@@ -9,7 +9,8 @@ prediction for the plan. Prints a Markdown table: budget, planned budget (less
 peak), measured / predicted peak above the step start, and the largest gradient error
 against eager.
 
-    PYTHONPATH=src python benchmarks/budget_torch.py [--where 0.5] [--device cpu]
+    PYTHONPATH=src python benchmarks/budget_torch.py [--where 0.5] [--models mlp,cnn,cnn3,gpt2]
+        [--compiler eager|inductor] [--dtype float32|float64]
 """
 
 from __future__ import annotations
@@ -23,17 +24,20 @@ from remat.bench.budgeted import budgeted_step
 from remat.plans import _fmt_bytes
 
 
-def cases(device: str) -> dict:
+def cases(dtype: torch.dtype) -> dict:
     torch.manual_seed(0)
-    d = torch.device(device)
     return {
-        "MLP (512x256, hidden 512)": (M.MLP(d_in=256, hidden=512), (torch.randn(512, 256),), "checkmate"),
-        "CNN + BatchNorm, 1 block (16x3x32x32)": (M.ConvBN(), (torch.randn(16, 3, 32, 32),), "checkmate"),
-        "CNN + BatchNorm, 3 blocks (16x3x32x32)": (M.ConvBN(blocks=3), (torch.randn(16, 3, 32, 32),),
-                                                   "auto"),
-        "GPT-2 tiny (4x64)": (M.GPT2Loss(M.gpt2_tiny()), (torch.randint(0, 256, (4, 64)),),
-                              "chen-greedy-linearized"),
-    } if d.type == "cpu" else {}
+        "mlp": ("MLP (512x256, hidden 512)", M.MLP(d_in=256, hidden=512).to(dtype),
+                (torch.randn(512, 256, dtype=dtype),), "checkmate"),
+        "cnn": ("CNN + BatchNorm, 1 block (16x3x32x32)", M.ConvBN().to(dtype),
+                (torch.randn(16, 3, 32, 32, dtype=dtype),), "checkmate"),
+        "cnn2": ("CNN + BatchNorm, 2 blocks (16x3x32x32)", M.ConvBN(blocks=2).to(dtype),
+                 (torch.randn(16, 3, 32, 32, dtype=dtype),), "auto"),
+        "cnn3": ("CNN + BatchNorm, 3 blocks (16x3x32x32)", M.ConvBN(blocks=3).to(dtype),
+                 (torch.randn(16, 3, 32, 32, dtype=dtype),), "auto"),
+        "gpt2": ("GPT-2 tiny (4x64)", M.GPT2Loss(M.gpt2_tiny()).to(dtype),
+                 (torch.randint(0, 256, (4, 64)),), "chen-greedy-linearized"),
+    }
 
 
 def main() -> None:
@@ -41,21 +45,28 @@ def main() -> None:
     ap.add_argument("--where", type=float, default=0.5)
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--models", default="mlp,cnn,cnn3,gpt2", help="of mlp,cnn,cnn2,cnn3,gpt2")
+    ap.add_argument("--compiler", default="eager", choices=("eager", "inductor"))
+    ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, where={args.where}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, where={args.where}, "
+          f"compiler {args.compiler}, {args.dtype}")
     print("| model | solver | feasible range | budget (planned) | simulated peak | measured peak | "
-          "within budget | measured / predicted above start | grads max err |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, (model, inputs, solver) in cases(args.device).items():
+          "within budget | measured / predicted above start | grads max err | recomputed |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    table = cases(getattr(torch, args.dtype))
+    for key in args.models.split(","):
+        name, model, inputs, solver = table[key]
+        model, inputs = model.to(args.device), tuple(t.to(args.device) for t in inputs)
         r = budgeted_step(model, inputs, solver, args.where, time_limit=args.time_limit,
-                          strict=False, device=args.device)
+                          strict=False, device=args.device, compiler=args.compiler)
         ok = "yes" if r.measured_total <= r.budget else "**no**"
         print(f"| {name} | {r.plan.solver} ({r.plan.stats.get('status')}) | {_fmt_bytes(r.low)} - "
               f"{_fmt_bytes(r.high)} | {_fmt_bytes(r.budget)} "
               f"({_fmt_bytes(r.plan.options['planned_bytes'])}) | {_fmt_bytes(r.sim.peak_bytes)} | "
               f"{_fmt_bytes(r.measured_total)} | {ok} | {_fmt_bytes(r.measured)} / "
               f"{_fmt_bytes(r.predicted)} ({r.predicted / r.measured - 1:+.1%}) | "
-              f"{r.grad_error:.1e} |", flush=True)
+              f"{r.grad_error:.1e} | {r.plan.stats.get('schedule_recomputes')} |", flush=True)
 
 
 if __name__ == "__main__":

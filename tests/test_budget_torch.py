@@ -130,32 +130,12 @@ def test_budgeted_step_with_inductor_kernels():
     plan recomputes, and the measured peak stays within the budget. (float32: CPU float64
     convolutions take the im2col path, whose column buffers the cost model does not know.)"""
     torch.manual_seed(0)
-    model = M.ConvBN(blocks=2)
-    x = torch.randn(16, 3, 32, 32)
-    reference = copy.deepcopy(model)
-    reference(x).pow(2).sum().backward()
-    g = remat.plan(copy.deepcopy(model), x).graph
-    low, _ = smallest_feasible(g)
-    budget = int(low + 0.5 * (reference_peak(g) - low))
-    plans = []
-    test_model = copy.deepcopy(model)
-    compiled = remat.compile(test_model, budget=budget, solver="auto", time_limit=10,
-                             strict=True, on_plan=lambda g, p: plans.append(p))
-
-    def step():
-        for p in test_model.parameters():
-            p.grad = None
-        compiled(x).pow(2).sum().backward()
-
-    step()
-    for (k, p), q in zip(test_model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=2e-3, msg=k)
-    (plan,) = plans
-    assert plan.stats["schedule_recomputes"] > 0
-    from remat.bench.measure import peak_memory
-
-    measured = peak_memory(step, held=list(test_model.parameters()) + [x])
-    assert measured.resident_before + measured.peak_bytes <= budget
+    r = budgeted_step(M.ConvBN(blocks=2), (torch.randn(16, 3, 32, 32),), "auto", 0.5,
+                      time_limit=10, compiler="inductor")
+    for k, got, want in r.grads:
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=2e-3, msg=k)
+    assert r.plan.stats["schedule_recomputes"] > 0
+    assert r.measured_total <= r.budget
 
 
 def test_min_cut_plans_run_as_budgeted_schedules():

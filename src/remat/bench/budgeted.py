@@ -49,9 +49,10 @@ class BudgetedStep:
 
 def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: float, *,
                   time_limit: float = 20.0, strict: bool = True, device="cpu",
-                  budget: int | None = None) -> BudgetedStep:
+                  budget: int | None = None, compiler: str = "eager") -> BudgetedStep:
     """Compile a copy of ``model`` with a budget at ``where`` in [smallest feasible,
-    no-recomputation peak] (``compiler="eager"``), run one step and measure it. The budget
+    no-recomputation peak] (``compiler="eager"``, or ``"inductor"`` for real kernels), run
+    one step and measure it. The budget
     is in bytes, so remat plans within it less :data:`remat.budgets.TORCH_HEADROOM`: at
     ``where`` near 0 that can be infeasible (``InfeasibleBudgetError``). ``budget`` (bytes)
     replaces ``where``."""
@@ -67,7 +68,7 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
 
     plans = []
     test_model = copy.deepcopy(model)
-    compiled = remat.compile(test_model, compiler="eager", budget=budget, solver=solver,
+    compiled = remat.compile(test_model, compiler=compiler, budget=budget, solver=solver,
                              time_limit=time_limit, strict=strict,
                              on_plan=lambda g, p: plans.append(p))
 
