@@ -28,10 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-from remat.cost_model import default_cost_model
-from remat.graph_io import load_graph
+from remat.cost.model import default_cost_model
+from remat.graph.io import load_graph
 from remat.solvers.baselines import BASELINES
-from remat.solvers.stages import staged
+from remat.plans.stages import staged
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REMAT_SHARED_DIR", ROOT.parent / "shared"))

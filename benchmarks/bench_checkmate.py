@@ -28,13 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from remat.cost_model import default_cost_model  # noqa: E402
-from remat.graph_io import load_graph  # noqa: E402
-from remat.solvers.checkmate import (checkmate, checkpoint_all_peak,  # noqa: E402
-                                     memory_lower_bound, min_budget)
-from remat.solvers.lp_rounding import checkmate_lp  # noqa: E402
-from remat.solvers.milp_model import build_model  # noqa: E402
-from remat.solvers.stages import staged  # noqa: E402
+from remat.cost.model import default_cost_model  # noqa: E402
+from remat.graph.io import load_graph  # noqa: E402
+from remat.solvers.checkmate.milp import checkmate, min_budget
+from remat.solvers.checkmate.bounds import checkpoint_all_peak, memory_lower_bound
+from remat.solvers.checkmate.lp_rounding import checkmate_lp  # noqa: E402
+from remat.solvers.checkmate.model import build_model  # noqa: E402
+from remat.plans.stages import staged  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "checkmate_graphs"
 SKIP_BY_DEFAULT = ("random_layered_n1000",)

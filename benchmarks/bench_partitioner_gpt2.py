@@ -20,18 +20,18 @@ import torch
 from torch._functorch import partitioners as P
 
 import remat
-from remat import models as M
-from remat import torch_compat as tc
-from remat.capture import graph_from_joint
+from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
+from remat.capture import joint as tc
+from remat.capture.to_graph import graph_from_joint
 from remat.solvers import solve
-from remat.solvers.mincut import cut_cost
+from remat.solvers.mincut.mincut import cut_cost
 
 
 def capture_joint(args):
     torch.manual_seed(0)
-    lm = M.gpt2_tiny(n_layer=args.layers, n_embd=args.embd, n_head=args.heads, vocab=args.vocab,
+    lm = gpt2_tiny(n_layer=args.layers, n_embd=args.embd, n_head=args.heads, vocab=args.vocab,
                      positions=args.seq)
-    model = M.GPT2Loss(lm)
+    model = GPT2Loss(lm)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq))
     captured = {}
 
@@ -43,7 +43,7 @@ def capture_joint(args):
             return tc.torch_mincut(gm, joint_inputs, **kwargs)
 
     grab = Grab("torch-mincut")
-    from remat.api import _eager_compile
+    from remat.lower.backend import _eager_compile
 
     compiled = torch.compile(model, backend=lambda gm, ex: _eager_compile(gm, ex, grab))
     compiled(ids)

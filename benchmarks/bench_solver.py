@@ -1,7 +1,7 @@
 """remat's fusion-aware min cut vs networkx's minimum_cut on synthetic joint graphs (torch-free).
 
 For each size, builds a transformer-like joint forward+backward graph with
-:func:`remat.synthetic.synthetic_joint_graph` and, for both modes, times (median of
+:func:`remat.graph.synthetic.synthetic_joint_graph` and, for both modes, times (median of
 ``--repeats`` runs after ``--warmup``):
 
   - remat: the whole ``mincut(g, mode)`` call (analysis, flow network, the three max-flows of
@@ -35,10 +35,10 @@ from networkx.algorithms.flow import preflow_push, shortest_augmenting_path
 from rich.console import Console
 from rich.table import Table
 
-from remat.graph import Graph
-from remat.solvers.maxflow import INF
-from remat.solvers.mincut import MODES, analyse, cut_cost, flow_network, mincut
-from remat.synthetic import synthetic_joint_graph
+from remat.graph.graph import Graph
+from remat.solvers.mincut.maxflow import INF
+from remat.solvers.mincut.mincut import MODES, analyse, cut_cost, flow_network, mincut
+from remat.graph.synthetic import synthetic_joint_graph
 
 NX_FLOW_FUNCS = {"preflow_push": preflow_push, "shortest_augmenting_path": shortest_augmenting_path}
 

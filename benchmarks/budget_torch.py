@@ -19,23 +19,25 @@ import argparse
 
 import torch
 
-from remat import models as M
+from remat.zoo.cnn import ConvBN
+from remat.zoo.mlp import MLP
+from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 from remat.bench.budgeted import budgeted_step
-from remat.plans import _fmt_bytes
+from remat.plans.plan import _fmt_bytes
 
 
 def cases(dtype: torch.dtype) -> dict:
     torch.manual_seed(0)
     return {
-        "mlp": ("MLP (512x256, hidden 512)", M.MLP(d_in=256, hidden=512).to(dtype),
+        "mlp": ("MLP (512x256, hidden 512)", MLP(d_in=256, hidden=512).to(dtype),
                 (torch.randn(512, 256, dtype=dtype),), "checkmate"),
-        "cnn": ("CNN + BatchNorm, 1 block (16x3x32x32)", M.ConvBN().to(dtype),
+        "cnn": ("CNN + BatchNorm, 1 block (16x3x32x32)", ConvBN().to(dtype),
                 (torch.randn(16, 3, 32, 32, dtype=dtype),), "checkmate"),
-        "cnn2": ("CNN + BatchNorm, 2 blocks (16x3x32x32)", M.ConvBN(blocks=2).to(dtype),
+        "cnn2": ("CNN + BatchNorm, 2 blocks (16x3x32x32)", ConvBN(blocks=2).to(dtype),
                  (torch.randn(16, 3, 32, 32, dtype=dtype),), "auto"),
-        "cnn3": ("CNN + BatchNorm, 3 blocks (16x3x32x32)", M.ConvBN(blocks=3).to(dtype),
+        "cnn3": ("CNN + BatchNorm, 3 blocks (16x3x32x32)", ConvBN(blocks=3).to(dtype),
                  (torch.randn(16, 3, 32, 32, dtype=dtype),), "auto"),
-        "gpt2": ("GPT-2 tiny (4x64)", M.GPT2Loss(M.gpt2_tiny()).to(dtype),
+        "gpt2": ("GPT-2 tiny (4x64)", GPT2Loss(gpt2_tiny()).to(dtype),
                  (torch.randint(0, 256, (4, 64)),), "chen-greedy-linearized"),
     }
 

@@ -2,7 +2,7 @@
 
 A CPU convolution (oneDNN) allocates buffers beyond its inputs and outputs while it runs:
 layout reorders of its operands. The simulator and the Checkmate MILP add
-:meth:`remat.cost_model.CostModel.workspace` at the moment each op runs: on the ``cpu``
+:meth:`remat.cost.model.CostModel.workspace` at the moment each op runs: on the ``cpu``
 profile one buffer of the output's size for a forward convolution, and buffers of
 grad_output's and the input's sizes for its backward (plus the outputs of a multi-output op,
 which it allocates while running); either term is replaced by the weight's size when that is
@@ -71,7 +71,7 @@ def main() -> None:
         fw = transient(lambda: torch.ops.aten.convolution(x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1))
         bw = transient(lambda: torch.ops.aten.convolution_backward(
             go, x, w, [co], [s, s], [p, p], [1, 1], False, [0, 0], 1, list(mask)))
-        model_fw = max(y.numel(), w.numel()) * 4  # remat.cost_model's cpu profile
+        model_fw = max(y.numel(), w.numel()) * 4  # remat.cost.model's cpu profile
         model_bw = max(go.numel() + x.numel(), w.numel()) * 4
         print(f"| {n}, {ci}, {co}, {hw}x{hw}, {k}, {s} | {''.join('1' if m else '0' for m in mask)} "
               f"| {fw / model_fw:.2f} | {bw / model_bw:.2f} |")

@@ -3,8 +3,8 @@
 For each graph and solver: the largest batch size whose training step fits a 16 GB V100 at a
 cost of at most one extra forward pass (paper eq. 10: cost <= 2 * forward + backward, i.e.
 cost(no recomputation) + cost(forward)). The graph is rebuilt at each batch size probed
-(:func:`remat.graph_scaling.scale_batch`: every value's bytes and every cost scale with the
-batch) and the solver re-run; :func:`remat.graph_scaling.max_batch` gallops from a start batch
+(:func:`remat.graph.batch.scale_batch`: every value's bytes and every cost scale with the
+batch) and the solver re-run; :func:`remat.bench.max_batch.max_batch` gallops from a start batch
 and bisects. A probe is feasible when the solver returns a simulator-checked schedule within
 the budget whose cost is within the limit (every solver returns the cheapest schedule it
 finds within the budget, so an over-limit answer means it has none within both).
@@ -48,10 +48,11 @@ import sys
 import time
 from pathlib import Path
 
-from remat.budgets import budget_solvers
-from remat.graph import Graph
-from remat.graph_io import load_graph
-from remat.graph_scaling import base_batch_of, max_batch, one_forward_overhead
+from remat.solvers.auto import budget_solvers
+from remat.graph.graph import Graph
+from remat.graph.io import load_graph
+from remat.graph.batch import base_batch_of
+from remat.bench.max_batch import max_batch, one_forward_overhead
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REMAT_SHARED_DIR", ROOT.parent / "shared"))

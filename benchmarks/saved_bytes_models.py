@@ -4,13 +4,16 @@ with the max gradient difference to eager autograd (no-codegen compiler; CPU).
     PYTHONPATH=src python benchmarks/saved_bytes_models.py
 """
 import torch, remat, time, sys, warnings
-from remat import models as M
+from remat.zoo.cnn import ConvBN
+from remat.zoo.mlp import MLP
+from remat.zoo.patterns import TransformerBlock
+from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 torch.manual_seed(0)
 def cases():
-    yield "mlp", M.MLP(), (torch.randn(16, 32),)
-    yield "cnn", M.ConvBN(), (torch.randn(4, 3, 16, 16),)
-    yield "transformer", M.TransformerBlock(), (torch.randn(2, 8, 32),)
-    yield "gpt2", M.GPT2Loss(M.gpt2_tiny()), (torch.randint(0, 256, (2, 16)),)
+    yield "mlp", MLP(), (torch.randn(16, 32),)
+    yield "cnn", ConvBN(), (torch.randn(4, 3, 16, 16),)
+    yield "transformer", TransformerBlock(), (torch.randn(2, 8, 32),)
+    yield "gpt2", GPT2Loss(gpt2_tiny()), (torch.randint(0, 256, (2, 16)),)
 compiler = sys.argv[1] if len(sys.argv) > 1 else "eager"
 for name, m, inp in cases():
     import copy

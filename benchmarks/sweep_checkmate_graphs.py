@@ -2,10 +2,10 @@
 
 For every graph in ``<shared>/data/checkmate_graphs`` (Checkmate's MLSys graphs and Moccasin's
 random layered graphs; ``$REMAT_SHARED_DIR`` or ``../shared`` beside the repository) this runs
-remat's budget sweep (:func:`remat.cli_budget.sweep`, what ``remat sweep`` runs) at ``--points``
+remat's budget sweep (:func:`remat.cli.sweep.sweep`, what ``remat sweep`` runs) at ``--points``
 budgets evenly spaced from the smallest feasible budget remat finds cheaply
-(:func:`remat.budgets.smallest_feasible`: recompute-all and the baselines at their tightest) to
-the no-recomputation peak (:func:`remat.budgets.reference_peak`); on the forward-only random
+(:func:`remat.solvers.auto.smallest_feasible`: recompute-all and the baselines at their tightest) to
+the no-recomputation peak (:func:`remat.plans.budget.reference_peak`); on the forward-only random
 layered graphs, where that is the peak itself, from ``--low-fraction`` (0.7) of it. Solvers: checkmate
 (MILP), checkmate-lp (two-phase LP rounding), checkpoint-all, chen-sqrtn, chen-greedy and
 griewank. The MILP and the LP get ``--time-limit`` seconds per solve (default 60); a MILP that
@@ -21,7 +21,7 @@ Table 2 statistic: LP rounding 1.00-1.06 on these graphs), and the MILP's solve 
 and gaps. A ratio below 1 means the MILP stopped on its time limit with a worse incumbent.
 
 Writes ``out/sweeps.md`` (per-graph tables), ``out/sweeps.json`` (every row) and
-``out/sweeps/<graph>.png`` (:func:`remat.cli_budget.plot_sweep`).
+``out/sweeps/<graph>.png`` (:func:`remat.cli.sweep.plot_sweep`).
 
     PYTHONPATH=src python benchmarks/sweep_checkmate_graphs.py
     PYTHONPATH=src python benchmarks/sweep_checkmate_graphs.py --graphs VGG16 vgg_unet --points 6
@@ -41,9 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from remat.budgets import reference_peak, smallest_feasible
-from remat.cli_budget import plot_sweep, sweep, sweep_markdown
-from remat.graph_io import load_graph
+from remat.plans.budget import reference_peak
+from remat.solvers.auto import smallest_feasible
+from remat.cli.sweep import plot_sweep, sweep, sweep_markdown
+from remat.graph.io import load_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REMAT_SHARED_DIR", ROOT.parent / "shared"))

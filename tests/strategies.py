@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from remat.graph import Graph, Node
+from remat.graph.graph import Graph, Node
 
 FORWARD_CATEGORIES = ("pointwise", "reduction", "view", "compute", "random", "other")
 BACKWARD_CATEGORIES = ("pointwise", "reduction", "view", "compute", "other")

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from remat.graph import Graph, Node
-from remat.graph_io import load_graph
-from remat.solvers.baselines import (BASELINES, _context, _stage_row, articulation_points,
-                                     candidate_chain, policy_matrix)
-from remat.solvers.baselines_griewank import (closed_form_steps, revolve_snapshots,
-                                              revolve_steps)
-from remat.solvers.stages import solve_r
+from remat.graph.graph import Graph, Node
+from remat.graph.io import load_graph
+from remat.solvers.baselines import BASELINES
+from remat.solvers.baselines.policy import (_context, _stage_row, articulation_points,
+    candidate_chain, policy_matrix)
+from remat.solvers.baselines.revolve import closed_form_steps, revolve_snapshots, revolve_steps
+from remat.plans.stages import solve_r
 
 from paths import CHECKMATE_DIR
 from strategies import joint_graphs

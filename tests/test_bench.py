@@ -146,7 +146,7 @@ def test_max_batch_size_on_cpu_is_the_largest_batch_within_the_budget():
 
 
 def test_calibrated_cpu_profile_is_cached():
-    from remat.calibrate import cpu_profile, profile_for
+    from remat.cost.calibrate import cpu_profile, profile_for
 
     p = cpu_profile()
     assert p.peak_flops > 1e8 and p.bandwidth > 1e8 and p.launch_seconds > 0
@@ -207,7 +207,7 @@ def test_fidelity_findings_and_rank_correlation():
 
 
 def test_cli_bench_writes_results(tmp_path, capsys):
-    from remat.cli import main
+    from remat.cli.main import main
 
     out = tmp_path / "bench"
     rc = main(["bench", "--models", "cos-cos", "--size", "tiny", "--methods", "eager,remat-conservative",

@@ -10,18 +10,22 @@ import pytest
 import torch
 
 import remat
-from remat import models as M
+from remat.zoo.cnn import ConvBN
+from remat.zoo.mlp import MLP
+from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 from remat.bench.budgeted import budgeted_step
-from remat.budgets import InfeasibleBudgetError, reference_peak, smallest_feasible
+from remat.errors import InfeasibleBudgetError
+from remat.plans.budget import reference_peak
+from remat.solvers.auto import smallest_feasible
 
 
 def _cases():
     torch.manual_seed(0)
     return {
         # (model, inputs, solver, where in [smallest feasible, no-recompute peak] to put the budget)
-        "mlp": (M.MLP(d_in=256, hidden=512), (torch.randn(512, 256),), "checkmate", 0.3),
-        "cnn": (M.ConvBN(), (torch.randn(16, 3, 32, 32),), "checkmate", 0.5),
-        "gpt2": (M.GPT2Loss(M.gpt2_tiny()), (torch.randint(0, 256, (4, 64)),), "chen-greedy-linearized", 0.3),
+        "mlp": (MLP(d_in=256, hidden=512), (torch.randn(512, 256),), "checkmate", 0.3),
+        "cnn": (ConvBN(), (torch.randn(16, 3, 32, 32),), "checkmate", 0.5),
+        "gpt2": (GPT2Loss(gpt2_tiny()), (torch.randint(0, 256, (4, 64)),), "chen-greedy-linearized", 0.3),
     }
 
 
@@ -41,7 +45,7 @@ def test_budgeted_step_matches_eager_and_stays_within_budget(name):
 def test_every_budget_bounds_the_peak_and_infeasible_budgets_state_the_smallest():
     model, inputs, _, _ = _cases()["mlp"]
     g = remat.plan(copy.deepcopy(model), *inputs).graph
-    from remat.budgets import plan_within
+    from remat.solvers.auto import plan_within
 
     low, how = smallest_feasible(g)
     high = reference_peak(g)
@@ -57,9 +61,9 @@ def test_every_budget_bounds_the_peak_and_infeasible_budgets_state_the_smallest(
 
 def test_budgeted_compile_rejects_unknown_solvers_and_malformed_budgets():
     with pytest.raises(ValueError, match="does not take a memory budget"):
-        remat.compile(M.MLP(), budget="1GiB", solver="no-recompute")
+        remat.compile(MLP(), budget="1GiB", solver="no-recompute")
     with pytest.raises(ValueError, match="not understood"):
-        remat.compile(M.MLP(), budget="lots")
+        remat.compile(MLP(), budget="lots")
 
 
 def _graph(name):
@@ -73,7 +77,7 @@ def test_baselines_recompute_what_batch_norm_backward_reads():
     so the baselines may drop the convolution output after the forward (they held every
     activation through the whole step when it counted as a forward user)."""
     from remat.solvers.baselines import BASELINES
-    from remat.solvers.stages import staged
+    from remat.plans.stages import staged
 
     g = _graph("cnn")
     st = staged(g)
@@ -92,8 +96,8 @@ def test_tuples_never_cross_into_the_backward():
     import numpy as np
 
     from remat.solvers.baselines import BASELINES
-    from remat.solvers.milp_model import build_model
-    from remat.solvers.stages import staged
+    from remat.solvers.checkmate.model import build_model
+    from remat.plans.stages import staged
 
     g = _graph("gpt2")
     st = staged(g)
@@ -114,7 +118,7 @@ def test_auto_plans_within_any_budget_a_baseline_reaches():
     1% above the smallest budget any baseline reaches (on GPT-2 tiny, only a linearized
     chain gets there), it returns a schedule within the budget even when the MILP finds
     none in its time limit."""
-    from remat.budgets import AUTO_BASELINES, plan_within
+    from remat.solvers.auto import AUTO_BASELINES, plan_within
 
     g = _graph("gpt2")
     low, how = smallest_feasible(g)
@@ -130,7 +134,7 @@ def test_budgeted_step_with_inductor_kernels():
     plan recomputes, and the measured peak stays within the budget. (float32: CPU float64
     convolutions take the im2col path, whose column buffers the cost model does not know.)"""
     torch.manual_seed(0)
-    r = budgeted_step(M.ConvBN(blocks=2), (torch.randn(16, 3, 32, 32),), "auto", 0.5,
+    r = budgeted_step(ConvBN(blocks=2), (torch.randn(16, 3, 32, 32),), "auto", 0.5,
                       time_limit=10, compiler="inductor")
     for k, got, want in r.grads:
         torch.testing.assert_close(got, want, rtol=1e-3, atol=2e-3, msg=k)
@@ -142,7 +146,7 @@ def test_min_cut_plans_run_as_budgeted_schedules():
     """``solver="auto"`` also weighs seeds/000's min-cut plans: as budgeted solvers their
     saved set is lowered to a schedule, judged against the budget, and trained through the
     budgeted lowering with gradients equal to eager, within the budget."""
-    from remat.budgets import budget_solvers, plan_within
+    from remat.solvers.auto import budget_solvers, plan_within
 
     g = _graph("gpt2")
     agg = budget_solvers()["mincut-aggressive"](g, reference_peak(g))

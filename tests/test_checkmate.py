@@ -1,4 +1,4 @@
-"""Checkmate's MILP and LP rounding (remat.solvers.checkmate, remat.solvers.lp_rounding).
+"""Checkmate's MILP and LP rounding (remat.solvers.checkmate, remat.solvers.checkmate.lp_rounding).
 
 The MILP is checked against exhaustive search on tiny random DAGs. Exhaustive search covers
 Checkmate's whole search space: a frontier-advancing schedule is a pair (R, S) of the staged
@@ -20,14 +20,14 @@ import math
 import numpy as np
 import pytest
 
-from remat.cost_model import default_cost_model
-from remat.graph import Graph, Node
-from remat.simulator import simulate
-from remat.solvers.checkmate import (checkmate, checkpoint_all, checkpoint_all_peak,
-                                     memory_lower_bound, min_budget)
-from remat.solvers.lp_rounding import checkmate_lp
-from remat.solvers.milp_model import build_model, constant_bytes
-from remat.solvers.stages import schedule_from_rs, solve_r, staged
+from remat.cost.model import default_cost_model
+from remat.graph.graph import Graph, Node
+from remat.plans.simulator import simulate
+from remat.solvers.checkmate.milp import checkmate, min_budget
+from remat.solvers.checkmate.bounds import checkpoint_all, checkpoint_all_peak, memory_lower_bound
+from remat.solvers.checkmate.lp_rounding import checkmate_lp
+from remat.solvers.checkmate.model import build_model, constant_bytes
+from remat.plans.stages import schedule_from_rs, solve_r, staged
 
 from paths import CHECKMATE_DIR
 
@@ -257,7 +257,7 @@ def test_kept_values_are_never_freed_and_model_fixes_them():
 
 
 def checkmate_graph(prefix: str) -> Graph:
-    from remat.graph_io import load_graph
+    from remat.graph.io import load_graph
 
     path = next(CHECKMATE_DIR.glob(prefix + "*.json"), None)
     if path is None:
@@ -364,8 +364,8 @@ def test_models_over_the_column_limit_are_not_built():
     (with the estimate, which equals the built model's size), from the MILP, the LP
     rounding and min_budget; ``plan_within(solver="auto")`` still plans it with the
     baselines."""
-    from remat.budgets import plan_within
-    from remat.solvers.milp_model import estimated_columns
+    from remat.solvers.auto import plan_within
+    from remat.solvers.checkmate.model import estimated_columns
 
     g = checkmate_graph("VGG16")
     budget = checkpoint_all_peak(g)

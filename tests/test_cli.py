@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from remat.cli import main
-from remat.examples import cos_cos_graph
-from remat.graph_io import load_graph, save_graph
+from remat.cli.main import main
+from remat.graph.examples import cos_cos_graph
+from remat.graph.io import load_graph, save_graph
 
 
 def run_cli(*args):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import remat
-from remat.partitioner import RematFallbackWarning
+from remat.lower.partitioner import RematFallbackWarning
 
 
 def with_cond(x):

@@ -1,4 +1,4 @@
-"""The Graph IR and its JSON readers/writers (remat.graph, remat.graph_io). No torch.
+"""The Graph IR and its JSON readers/writers (remat.graph, remat.graph.io). No torch.
 
 The joint graph is the input of Algorithm 1 (seeds/000 Section 3.2-3.3): a DAG whose nodes are
 primal inputs, tangents, forward nodes (V_f, computable from the primals alone) and backward
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from remat.errors import GraphError
-from remat.examples import cos_cos_graph
-from remat.graph import Graph, Node
-from remat.graph_io import graph_from_dict, graph_to_dict, load_graph, save_graph
+from remat.graph.examples import cos_cos_graph
+from remat.graph.graph import Graph, Node
+from remat.graph.io import graph_from_dict, graph_to_dict, load_graph, save_graph
 
 from paths import CHECKMATE_DIR  # noqa: E402
 

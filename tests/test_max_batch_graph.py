@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from remat.graph import Graph, Node
-from remat.graph_io import graph_from_dict
-from remat.graph_scaling import (base_batch_of, cost_split, max_batch, one_forward_overhead,
-                                 probe_batch, scale_batch)
-from remat.simulator import simulate
+from remat.graph.graph import Graph, Node
+from remat.graph.io import graph_from_dict
+from remat.graph.batch import base_batch_of, scale_batch
+from remat.bench.max_batch import cost_split, max_batch, one_forward_overhead, probe_batch
+from remat.plans.simulator import simulate
 from remat.solvers.baselines import BASELINES, checkpoint_all
-from remat.solvers.budget import BudgetResult
+from remat.plans.result import BudgetResult
 
 
 def checkmate_chain(n: int = 4, batch: int = 8, per_example: int = 100) -> Graph:
@@ -149,7 +149,7 @@ def test_graph_scaling_is_torch_free():
     import subprocess
     import sys
 
-    code = ("import sys, json; from remat.graph_scaling import scale_batch, max_batch, "
+    code = ("import sys, json; from remat.bench.max_batch import scale_batch, max_batch, "
             "one_forward_overhead; from remat.solvers.baselines import BASELINES; "
             "from remat.graph import Graph, Node; "
             "g = Graph([Node('x', 'placeholder', (), role='input', bytes=8, category='input'), "

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from remat.examples import cos_cos_graph
-from remat.graph import Graph, Node
-from remat.saved_set import validity_errors
-from remat.solvers.maxflow import min_cut
-from remat.solvers.mincut import MODES, analyse, banned, cut_cost, flow_network, mincut
+from remat.graph.examples import cos_cos_graph
+from remat.graph.graph import Graph, Node
+from remat.plans.saved_set import validity_errors
+from remat.solvers.mincut.maxflow import min_cut
+from remat.solvers.mincut.mincut import MODES, analyse, banned, cut_cost, flow_network, mincut
 
 NUMEL = 1024
 W = 4 * NUMEL  # bytes of one float32 tensor
@@ -438,7 +438,7 @@ def test_tie_break_never_pays_more():
 def test_random_op_flagged_must_recompute_is_still_never_recomputed():
     """Random ops are never recomputed, even when a flag (e.g. a tuple-valued output) says
     the value itself cannot be saved: the backward must then use a saved downstream value."""
-    from remat.saved_set import backward_work
+    from remat.plans.saved_set import backward_work
 
     g = Graph([
         Node("x", "placeholder", (), role="input", bytes=400, category="input"),

@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remat.errors import PlanError
-from remat.graph import Graph, Node
-from remat.graph_io import load_graph
-from remat.saved_set import backward_work, validity_errors
-from remat.solvers.maxflow import INF, InfiniteCutError, lexicographic_min_cut
-from remat.solvers.maxflow import min_cut as maxflow_min_cut
-from remat.solvers.mincut import MODES, analyse, banned, cut_cost, mincut
+from remat.graph.graph import Graph, Node
+from remat.graph.io import load_graph
+from remat.plans.saved_set import backward_work, validity_errors
+from remat.solvers.mincut.maxflow import INF, InfiniteCutError, lexicographic_min_cut
+from remat.solvers.mincut.maxflow import min_cut as maxflow_min_cut
+from remat.solvers.mincut.mincut import MODES, analyse, banned, cut_cost, mincut
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/strategies.py
 from strategies import joint_graphs, small_joint_graphs  # noqa: E402
@@ -274,8 +274,8 @@ def test_saved_backward_output_needs_no_inputs():
 
 def test_plan_json_round_trip_keeps_saved_set():
     """A plan of the seeds/002 example survives JSON (what tools exchange after solving)."""
-    from remat.examples import cos_cos_graph
-    from remat.plans import Plan
+    from remat.graph.examples import cos_cos_graph
+    from remat.plans.plan import Plan
 
     plan = mincut(cos_cos_graph())
     back = Plan.from_dict(json.loads(plan.to_json()))

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import remat
-from remat import models as M
-from remat.plans import Plan
+from remat.zoo.mlp import MLP
+from remat.zoo.patterns import f1, f2, gelu_erf, tanh_tanh
+from remat.plans.plan import Plan
 
 
 def _inputs(n, numel=1024):
@@ -17,7 +18,7 @@ def _inputs(n, numel=1024):
 
 def test_cos_cos_saves_only_the_sum():
     """seeds/000 Sec. 2.3 and seeds/002: f1 saves x = a+b+c+d (add_2) and nothing else."""
-    p = remat.plan(M.f1, *_inputs(4))
+    p = remat.plan(f1, *_inputs(4))
     assert [s.name for s in p.saved_activations] == ["add_2"]
     assert p.saved_activation_bytes == 1024 * 4
     assert p.recomputed == ["cos"]
@@ -26,9 +27,9 @@ def test_cos_cos_saves_only_the_sum():
 def test_cos_cos_baselines_save_more_or_equal():
     """Naive AD (no recomputation) saves x and cos(x): two tensors, twice the cut cost."""
     xs = _inputs(4)
-    ours = remat.plan(M.f1, *xs)
-    none = remat.plan(M.f1, *xs, solver="no-recompute")
-    torch_mc = remat.plan(M.f1, *xs, solver="torch-mincut")
+    ours = remat.plan(f1, *xs)
+    none = remat.plan(f1, *xs, solver="no-recompute")
+    torch_mc = remat.plan(f1, *xs, solver="torch-mincut")
     assert sorted(s.name for s in none.saved_activations) == ["add_2", "cos"]
     assert none.cost == 2 * ours.cost
     assert torch_mc.saved_activation_bytes >= ours.saved_activation_bytes
@@ -36,14 +37,14 @@ def test_cos_cos_baselines_save_more_or_equal():
 
 def test_dropout_like_mask_saves_bool_not_float():
     """seeds/000 Sec. 2.3 f2: save the bool mask (1 byte/elt), never the float random tensor."""
-    p = remat.plan(M.f2, *_inputs(1))
+    p = remat.plan(f2, *_inputs(1))
     acts = p.saved_activations
     assert len(acts) == 1 and acts[0].dtype == "bool"
     assert p.saved_activation_bytes == 1024
     assert "random" in " ".join(p.banned.values())
 
 
-@pytest.mark.parametrize("fn", [M.tanh_tanh, M.gelu_erf], ids=["tanh-tanh", "gelu-erf"])
+@pytest.mark.parametrize("fn", [tanh_tanh, gelu_erf], ids=["tanh-tanh", "gelu-erf"])
 def test_fused_chains_save_only_the_input(fn):
     """seeds/000 Sec. 1 and Table 1: tanh(tanh(x)) and erf-GeLU save nothing beyond x."""
     p = remat.plan(fn, *_inputs(1))
@@ -52,12 +53,12 @@ def test_fused_chains_save_only_the_input(fn):
 
 
 def test_aggressive_mode_also_finds_the_seed_answers():
-    p = remat.plan(M.f1, *_inputs(4), mode="aggressive")
+    p = remat.plan(f1, *_inputs(4), mode="aggressive")
     assert [s.name for s in p.saved_activations] == ["add_2"]
 
 
 def test_plan_json_round_trip_and_summary():
-    p = remat.plan(M.f1, *_inputs(4))
+    p = remat.plan(f1, *_inputs(4))
     d = json.loads(p.to_json())
     assert d["format"] == "remat.plan" and d["saved_activation_bytes"] == 4096
     assert d["saved"][0] == {"name": "add_2", "shape": [1024], "dtype": "float32", "nbytes": 4096,
@@ -70,7 +71,7 @@ def test_plan_json_round_trip_and_summary():
 
 def test_plan_roles_distinguish_params_inputs_activations():
     torch.manual_seed(0)
-    p = remat.plan(M.MLP(), torch.randn(16, 32))
+    p = remat.plan(MLP(), torch.randn(16, 32))
     roles = {s.role for s in p.saved}
     assert roles <= {"input", "param", "activation"}
     assert "activation" in roles
@@ -79,11 +80,11 @@ def test_plan_roles_distinguish_params_inputs_activations():
 
 def test_plan_without_grad_explains():
     with pytest.raises(ValueError, match="requires_grad"):
-        remat.plan(M.tanh_tanh, torch.randn(8))
+        remat.plan(tanh_tanh, torch.randn(8))
 
 
 def test_unknown_solver_and_mode_are_rejected_early():
     with pytest.raises(ValueError, match="unknown solver"):
-        remat.compile(M.f1, solver="magic")
+        remat.compile(f1, solver="magic")
     with pytest.raises(ValueError, match="unknown mode"):
-        remat.compile(M.f1, mode="fast")
+        remat.compile(f1, mode="fast")

@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from remat.cost_model import CostModel, DeviceProfile, materialized
+from remat.cost.model import CostModel, DeviceProfile, materialized
 from remat.errors import PlanError
-from remat.examples import cos_cos_graph
-from remat.graph import Graph, Node
-from remat.saved_set import backward_work
-from remat.schedule import Schedule, schedule_from_saved_set
-from remat.simulator import simulate
+from remat.graph.examples import cos_cos_graph
+from remat.graph.graph import Graph, Node
+from remat.plans.saved_set import backward_work
+from remat.plans.schedule import Schedule, schedule_from_saved_set
+from remat.plans.simulator import simulate
 from remat.solvers import solve
-from remat.solvers.stages import cost_of, lifetime_matrix, schedule_from_rs, solve_r, staged
+from remat.plans.stages import cost_of, lifetime_matrix, schedule_from_rs, solve_r, staged
 from strategies import joint_graphs
 
 W = 4096  # bytes of every cos-cos tensor

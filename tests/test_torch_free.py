@@ -5,8 +5,8 @@ import sys
 
 
 def test_solvers_import_without_torch():
-    code = ("import sys, remat.solvers.mincut, remat.graph_io, remat.plans, remat.saved_set; "
-            "from remat.examples import cos_cos_graph; "
+    code = ("import sys, remat.solvers.mincut, remat.graph.io, remat.plans, remat.plans.saved_set; "
+            "from remat.graph.examples import cos_cos_graph; "
             "assert remat.solvers.solve(cos_cos_graph()).saved_names == ['add_2']; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

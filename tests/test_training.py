@@ -8,16 +8,19 @@ import pytest
 import torch
 
 import remat
-from remat import models as M
+from remat.zoo.cnn import ConvBN
+from remat.zoo.mlp import MLP
+from remat.zoo.patterns import TransformerBlock, f1, f2
+from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 
 
 def _cases():
     torch.manual_seed(0)
     return {
-        "mlp": (M.MLP(), (torch.randn(16, 32),)),
-        "cnn-batchnorm": (M.ConvBN(), (torch.randn(4, 3, 16, 16),)),
-        "transformer": (M.TransformerBlock(), (torch.randn(2, 8, 32),)),
-        "gpt2": (M.GPT2Loss(M.gpt2_tiny()), (torch.randint(0, 256, (2, 16)),)),
+        "mlp": (MLP(), (torch.randn(16, 32),)),
+        "cnn-batchnorm": (ConvBN(), (torch.randn(4, 3, 16, 16),)),
+        "transformer": (TransformerBlock(), (torch.randn(2, 8, 32),)),
+        "gpt2": (GPT2Loss(gpt2_tiny()), (torch.randint(0, 256, (2, 16)),)),
     }
 
 
@@ -77,7 +80,7 @@ def test_dropout_backward_uses_forward_mask():
     """f2 (seeds/000): d(x*mask)/dx = mask, so the gradient must equal the forward's mask."""
     torch.manual_seed(0)
     x = torch.randn(4096, requires_grad=True)
-    out = remat.compile(M.f2, compiler="eager", strict=True)(x)
+    out = remat.compile(f2, compiler="eager", strict=True)(x)
     out.sum().backward()
     mask = (out != 0).float()
     assert 0.3 < mask.mean().item() < 0.7
@@ -88,11 +91,11 @@ def test_dropout_backward_uses_forward_mask():
 def test_models_with_dropout_train(name):
     torch.manual_seed(0)
     if name == "mlp":
-        model, inputs = M.MLP(dropout=0.3), (torch.randn(16, 32),)
+        model, inputs = MLP(dropout=0.3), (torch.randn(16, 32),)
     elif name == "transformer":
-        model, inputs = M.TransformerBlock(dropout=0.2), (torch.randn(2, 8, 32),)
+        model, inputs = TransformerBlock(dropout=0.2), (torch.randn(2, 8, 32),)
     else:
-        model, inputs = M.GPT2Loss(M.gpt2_tiny(dropout=0.1)), (torch.randint(0, 256, (2, 16)),)
+        model, inputs = GPT2Loss(gpt2_tiny(dropout=0.1)), (torch.randint(0, 256, (2, 16)),)
     plans = []
     compiled = remat.compile(model, compiler="eager", strict=True, on_plan=lambda g, p: plans.append(p))
     _loss(compiled(*inputs)).backward()
@@ -107,17 +110,17 @@ def test_backend_string_registered():
     torch.manual_seed(0)
     xs = [torch.randn(256, requires_grad=True) for _ in range(4)]
     plans = []
-    f = torch.compile(M.f1, backend="remat",
+    f = torch.compile(f1, backend="remat",
                       options={"compiler": "eager", "on_plan": lambda g, p: plans.append(p)})
     f(*xs).sum().backward()
-    refs = torch.autograd.grad(M.f1(*xs).sum(), xs)
+    refs = torch.autograd.grad(f1(*xs).sum(), xs)
     for x, ref in zip(xs, refs):
         torch.testing.assert_close(x.grad, ref)
     assert [s.name for s in plans[0].saved_activations] == ["add_2"]
 
 
 def test_partitioner_uuid_reflects_solver_and_mode():
-    from remat.partitioner import RematPartitioner
+    from remat.lower.partitioner import RematPartitioner
 
     ids = {RematPartitioner(s, m).uuid() for s in ("mincut", "torch-mincut") for m in ("conservative", "aggressive")}
     assert len(ids) == 4
@@ -128,7 +131,7 @@ def test_inductor_mask_and_mlp_gradients():
     """Real inductor kernels: f2's gradient is the forward's mask; MLP gradients match eager."""
     torch.manual_seed(0)
     x = torch.randn(4096, requires_grad=True)
-    out = remat.compile(M.f2, strict=True)(x)
+    out = remat.compile(f2, strict=True)(x)
     out.sum().backward()
     assert torch.equal(x.grad, (out != 0).float())
 
@@ -142,7 +145,7 @@ def test_inductor_mask_and_mlp_gradients():
 
 def test_dynamic_shapes_plan_with_the_compiled_sizes_and_train_correctly():
     torch.manual_seed(0)
-    model = M.MLP()
+    model = MLP()
     plans = []
     compiled = remat.compile(copy.deepcopy(model), compiler="eager", strict=True, dynamic=True,
                              on_plan=lambda g, p: plans.append(p))

@@ -16,9 +16,9 @@ do not import torch; ``compile``/``plan`` do.
 from __future__ import annotations
 
 from .errors import GraphError, PlanError, RematError, UnsupportedGraphError
-from .graph import Graph, Node
-from .graph_io import load_graph, save_graph
-from .plans import Plan, SavedValue
+from .graph.graph import Graph, Node
+from .graph.io import load_graph, save_graph
+from .plans.plan import Plan, SavedValue
 
 __version__ = "0.1.0"
 
@@ -27,7 +27,8 @@ _LAZY = {"compile", "plan", "plan_all", "remat_backend", "RematPartitioner", "Re
 
 def __getattr__(name: str):
     if name in _LAZY:
-        from . import api, partitioner
+        from . import api
+        from .lower import partitioner
 
         return getattr(api, name, None) or getattr(partitioner, name)
     raise AttributeError(f"module 'remat' has no attribute {name!r}")
@@ -40,7 +41,7 @@ def _register() -> None:
     import sys
 
     if "torch" in sys.modules:
-        from .api import register_backend
+        from .lower.backend import register_backend
 
         register_backend()
 

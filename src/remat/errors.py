@@ -19,3 +19,11 @@ class UnsupportedGraphError(RematError):
     Inside ``torch.compile`` this triggers the fallback to PyTorch's own partitioner,
     unless ``strict=True`` was asked for.
     """
+
+
+class InfeasibleBudgetError(RematError):
+    """No schedule remat found fits the budget; the message states the smallest that did."""
+
+    def __init__(self, message: str, smallest_feasible: int | None = None):
+        super().__init__(message)
+        self.smallest_feasible = smallest_feasible

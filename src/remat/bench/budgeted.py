@@ -7,8 +7,8 @@ on CPU, the CUDA allocator on a GPU) next to the simulator's prediction for the 
 by ``tests/test_budget_torch.py`` (assertions) and ``benchmarks/budget_torch.py`` (a table).
 
 >>> import torch
->>> from remat import models as M
->>> r = budgeted_step(M.ConvBN(), (torch.randn(4, 3, 16, 16),), "chen-greedy", 0.5)
+>>> from remat.zoo.cnn import ConvBN
+>>> r = budgeted_step(ConvBN(), (torch.randn(4, 3, 16, 16),), "chen-greedy", 0.5)
 >>> r.sim.peak_bytes <= r.plan.options["planned_bytes"] < r.budget
 True
 """
@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..budgets import reference_peak, smallest_feasible
-from ..simulator import SimResult, simulate
+from ..plans.budget import reference_peak
+from ..solvers.auto import smallest_feasible
+from ..plans.simulator import SimResult, simulate
 from .measure import gradient_bytes, peak_memory
 
 
@@ -53,7 +54,7 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
     """Compile a copy of ``model`` with a budget at ``where`` in [smallest feasible,
     no-recomputation peak] (``compiler="eager"``, or ``"inductor"`` for real kernels), run
     one step and measure it. The budget
-    is in bytes, so remat plans within it less :data:`remat.budgets.TORCH_HEADROOM`: at
+    is in bytes, so remat plans within it less :data:`remat.plans.budget.TORCH_HEADROOM`: at
     ``where`` near 0 that can be infeasible (``InfeasibleBudgetError``). ``budget`` (bytes)
     replaces ``where``."""
     import remat

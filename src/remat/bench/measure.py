@@ -472,9 +472,9 @@ def predicted(prepared, profile=None, *, fallback=None,
               released_bytes: int | None = None) -> Prediction | None:
     """The simulator's prediction for a method's step, comparable to :func:`peak_memory`.
 
-    Each plan's saved set is lowered to a schedule (:func:`remat.schedule.schedule_from_saved_set`)
+    Each plan's saved set is lowered to a schedule (:func:`remat.plans.schedule.schedule_from_saved_set`)
     and simulated with the cost model on ``profile`` (a measured
-    :class:`~remat.cost_model.DeviceProfile`; the built-in CPU profile if None). The peak is
+    :class:`~remat.cost.model.DeviceProfile`; the built-in CPU profile if None). The peak is
     taken above the bytes resident before the step, as :func:`peak_memory` measures it: the
     simulator's constant bytes (inputs, params) are subtracted, and so are the bytes the
     step releases when it starts: the previous step's gradients, freed when it sets
@@ -484,9 +484,9 @@ def predicted(prepared, profile=None, *, fallback=None,
     the time the sum; ``note`` says so. Methods without plans (eager autograd, checkpointing)
     get ``fallback``'s prediction (pass the no-recompute method's ``Prepared`` for eager) or None.
     """
-    from ..cost_model import CostModel
-    from ..schedule import schedule_from_saved_set
-    from ..simulator import simulate
+    from ..cost.model import CostModel
+    from ..plans.schedule import schedule_from_saved_set
+    from ..plans.simulator import simulate
 
     plans = list(getattr(prepared, "plans", None) or [])
     if not plans:
@@ -522,7 +522,7 @@ def predicted(prepared, profile=None, *, fallback=None,
 
 def gradient_bytes(g) -> int:
     """Bytes of the gradients a joint graph's backward returns (outputs of backward nodes)."""
-    from ..cost_model import storage
+    from ..cost.model import storage
 
     owner, sizes = storage(g)
     own = {owner[i] for i, n in enumerate(g.nodes) if n.role == "backward" and n.is_output}

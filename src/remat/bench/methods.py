@@ -150,7 +150,7 @@ def _solver_fn(solver: str):
     if solver in SOLVERS:
         return SOLVERS[solver]
     try:
-        from ..budgets import budget_solvers
+        from ..solvers.auto import budget_solvers
     except ImportError:
         return None
     return budget_solvers().get(solver)
@@ -164,7 +164,7 @@ def split_options(spec: MethodSpec) -> tuple[dict, dict]:
 
 
 def _check_solver(solver: str, options: dict, method: str) -> None:
-    from ..partitioner import TORCH_PARTITIONERS, RematPartitioner
+    from ..lower.partitioner import TORCH_PARTITIONERS, RematPartitioner
 
     spec = MethodSpec("remat", solver, "conservative", options)
     compile_kw, solver_opts = split_options(spec)
@@ -252,7 +252,7 @@ def _remat_compile(model, spec: MethodSpec, compiler, strict, on_plan):
     """``remat.compile`` for a method. Static shapes (``dynamic=False``): a case is planned at
     its own sizes, and a later batch size is a new graph with its own plan, not a symbolic one."""
     import remat
-    from ..api import remat_backend
+    from ..lower.backend import remat_backend
 
     compile_kw, solver_opts = split_options(spec)
     kwargs = dict(solver=spec.solver, mode=spec.mode, strict=strict, compiler=compiler, on_plan=on_plan,
@@ -262,7 +262,7 @@ def _remat_compile(model, spec: MethodSpec, compiler, strict, on_plan):
     if "solver_options" in inspect.signature(remat.compile).parameters:
         return remat.compile(model, dynamic=False, solver_options=solver_opts, **kwargs)
     # remat.compile takes no solver options: the backend it wraps does
-    from ..partitioner import RematPartitioner
+    from ..lower.partitioner import RematPartitioner
 
     RematPartitioner(spec.solver, spec.mode, strict, solver_options=solver_opts, **compile_kw)  # validate now
     backend = functools.partial(remat_backend, solver_options=solver_opts, **kwargs)

@@ -146,7 +146,7 @@ def timeline_plot(records: Sequence[dict], path: str | Path, out_dir: str | Path
                          linewidth=1.2)
         ax2.set_xlabel("fraction of the schedule's statements")
         ax2.set_ylabel("MiB above the step's start")
-        ax2.set_title("simulated (remat.simulator)")
+        ax2.set_title("simulated (remat.plans.simulator)")
         ax2.grid(alpha=0.3)
         ax2.legend(fontsize=8)
     fig.suptitle(title)

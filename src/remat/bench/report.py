@@ -167,7 +167,7 @@ def markdown(records: Sequence[dict], meta: dict | None = None) -> str:
         head.append("")
     head += ["Peak memory is measured above the bytes resident before the step (parameters, "
              "inputs, the previous step's gradients); predictions are the simulator's "
-             "(`remat.simulator`) on a measured device profile. Ratios are against "
+             "(`remat.plans.simulator`) on a measured device profile. Ratios are against "
              "`no-recompute` (torch.compile without recomputation) of the same model.", ""]
     return "\n".join(head) + markdown_table(records) + "\n"
 

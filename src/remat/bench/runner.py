@@ -216,7 +216,7 @@ def run(models: Iterable[str] | str = "all", sizes: Iterable[str] | str = "tiny"
 
 def _run(models, sizes, methods, device, out, repeats, warmup, compiler, resume, progress, batch,
          fidelity, kernel_cache, records, done) -> list[dict]:
-    from ..calibrate import profile_for
+    from ..cost.calibrate import profile_for
 
     profile = profile_for(device)
     meta = {

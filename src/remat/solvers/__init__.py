@@ -1,16 +1,16 @@
 """Solvers: functions from a :class:`remat.graph.Graph` (+ options) to a :class:`remat.plan.Plan`.
 
 Solvers never import torch. Baselines that need PyTorch's own partitioner (``torch-mincut``,
-``no-recompute``) live in :mod:`remat.torch_compat` and run on captured fx graphs.
+``no-recompute``) live in :mod:`remat.capture.joint` and run on captured fx graphs.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ..graph import Graph
-from ..plans import Plan
-from .mincut import mincut
+from ..graph.graph import Graph
+from ..plans.plan import Plan
+from .mincut.mincut import mincut
 
 SOLVERS: dict[str, Callable[..., Plan]] = {"mincut": mincut}
 TORCH_SOLVERS = ("torch-mincut", "no-recompute")

@@ -399,3 +399,24 @@ def _unet(size, batch):
     x, y = _images(image, b, classes, per_pixel=True)
     blocks = model.block_names()
     return dict(model=model, inputs=(x,), loss=_to_device_loss(cross_entropy, y), blocks=blocks, batch=b)
+
+
+class ConvBN(nn.Module):
+    """A small CNN with BatchNorm, ReLU, pooling and a residual connection."""
+
+    def __init__(self, channels=8, classes=10, dropout=0.0, blocks=1):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU())
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                          nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+            for _ in range(blocks))
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = torch.relu(x + block(x))
+        x = nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.head(self.drop(x))

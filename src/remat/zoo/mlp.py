@@ -49,3 +49,13 @@ def _mlp(size, batch):
     y = torch.randint(0, classes, (b,))
     return dict(model=model, inputs=(x,), loss=_to_device_loss(cross_entropy, y),
                 blocks=[f"layers.{i}" for i in range(depth)], batch=b)
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in=32, hidden=64, d_out=10, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, d_out))
+
+    def forward(self, x):
+        return self.net(x)

@@ -24,17 +24,69 @@ seeds/003's first EvoNorm setting are the full size.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-from .. import models as M
 from . import register
+
+# -- the seeds' worked examples as functions (also the demo's) ---------------------------------
+
+def f1(a, b, c, d):
+    """seeds/000 Section 2.3: x = a + b + c + d; return cos(cos(x))."""
+    x = a + b + c + d
+    return x.cos().cos()
+
+
+def f2(x):
+    """seeds/000 Section 2.3: a dropout-like mask."""
+    rand_like = torch.rand_like(x)
+    mask = rand_like < 0.5
+    return x * mask
+
+
+def tanh_tanh(x):
+    """seeds/000 Section 1: x.tanh().tanh()."""
+    return x.tanh().tanh()
+
+
+def gelu_erf(x):
+    """seeds/000 Table 1: GeLU written out with erf, x * Phi(x)."""
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+SEED_EXAMPLES = {
+    "cos-cos": (f1, 4),
+    "dropout-mask": (f2, 1),
+    "tanh-tanh": (tanh_tanh, 1),
+    "gelu-erf": (gelu_erf, 1),
+}
+"""name -> (function, number of tensor inputs)."""
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm transformer block: attention + GeLU MLP, with dropout."""
+
+    def __init__(self, d_model=32, heads=4, dropout=0.0):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = nn.MultiheadAttention(d_model, heads, dropout=dropout, batch_first=True)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
 
 _NUMEL = {"tiny": 1 << 10, "small": 1 << 22, "full": 1 << 25}
 
 
 class Pointwise(nn.Module):
-    """Wraps one of :mod:`remat.models`' seed functions as a module without parameters."""
+    """Wraps one of the seed functions as a module without parameters."""
 
     def __init__(self, fn):
         super().__init__()
@@ -64,19 +116,19 @@ def _pointwise(fn, n_inputs, size):
 @register("cos-cos", "pattern", "seeds/000 Sec. 2.3: cos(cos(a+b+c+d)); the optimum saves only a+b+c+d",
           has_batch=False)
 def _cos_cos(size, batch):
-    return _pointwise(M.f1, 4, size)
+    return _pointwise(f1, 4, size)
 
 
 @register("dropout-mask", "pattern", "seeds/000 Sec. 2.3: x * (rand_like(x) < 0.5); save the bool mask",
           has_batch=False)
 def _dropout_mask(size, batch):
-    return _pointwise(M.f2, 1, size)
+    return _pointwise(f2, 1, size)
 
 
 @register("gelu-erf", "pattern", "seeds/000 Table 1: GeLU written with erf; recomputing saves all but x",
           has_batch=False)
 def _gelu_erf(size, batch):
-    return _pointwise(M.gelu_erf, 1, size)
+    return _pointwise(gelu_erf, 1, size)
 
 
 # -- EvoNorm -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ vit         32x32 image, patch 8, 2 layers, 64 wide, 10 classes,   ViT-B/16: 224
 tokens; vit: 64x64 images, patch 8, 100 classes, batch 8.
 
 Dropout is 0. GPT-2 and BERT compute their loss inside ``forward`` (GPT-2: causal LM with
-``loss_type = "ForCausalLM"``, as :class:`remat.models.GPT2Loss`; BERT: masked LM on ~15% of
+``loss_type = "ForCausalLM"``, as :class:`GPT2Loss`; BERT: masked LM on ~15% of
 the positions), so the output is the loss and ``case.loss`` is the identity. ViT returns
 logits; the loss is cross-entropy against fixed random labels. Blocks are the transformer
 layers (``lm.transformer.h.i``, ``mlm.bert.encoder.layer.i``, and ``vit.vit.layers.i`` in
@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import models as M
 from . import _to_device_loss, register
 from .mlp import cross_entropy
 
@@ -38,6 +37,29 @@ _BERT = {"tiny": (2, 64, 4, 256, 256, 16, 2), "small": (4, 256, 4, 1024, 2048, 1
          "full": (12, 768, 12, 3072, 30522, 512, 8)}
 _VIT = {"tiny": (2, 64, 4, 256, 10, 32, 2), "small": (4, 256, 4, 1024, 100, 64, 8),
         "full": (12, 768, 12, 3072, 1000, 224, 64)}
+
+
+def gpt2_tiny(n_layer=2, n_embd=64, n_head=4, vocab=256, positions=64, dropout=0.0):
+    """GPT-2 from transformers' config with random weights (no download)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab, n_positions=positions,
+                     resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+                     bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg)
+    model.loss_type = "ForCausalLM"  # otherwise the loss breaks the graph
+    return model
+
+
+class GPT2Loss(nn.Module):
+    """Wraps a GPT-2 LM so that ``model(ids)`` returns the causal LM loss."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids):
+        return self.lm(input_ids=ids, labels=ids).loss
 
 
 def _identity(out):
@@ -58,7 +80,7 @@ def _layer_names(model: nn.Module, n: int) -> list[str]:
 def _gpt2(size, batch):
     layers, width, heads, _ff, vocab, seq, b = _GPT2[size]
     b = batch or b
-    model = M.GPT2Loss(M.gpt2_tiny(n_layer=layers, n_embd=width, n_head=heads, vocab=vocab, positions=seq))
+    model = GPT2Loss(gpt2_tiny(n_layer=layers, n_embd=width, n_head=heads, vocab=vocab, positions=seq))
     ids = torch.randint(0, vocab, (b, seq))
     return dict(model=model, inputs=(ids,), loss=_identity,
                 blocks=_layer_names(model, layers), batch=b)

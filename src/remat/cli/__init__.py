@@ -1,0 +1,5 @@
+"""The ``remat`` command line (``remat --help``)."""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,148 @@
+"""The cost model: what each op costs to compute and to move through memory.
+
+Two views of one step, both used by the simulator:
+
+- **additive** (Checkmate, seeds/001 Section 4.10): every op has a cost ``C_i`` and a schedule
+  costs the sum over its compute statements. ``C_i`` is the node's profiled ``cost`` when it
+  has one (Checkmate's graphs do), else a roofline time on a :class:`DeviceProfile`:
+  ``max(flops / peak_flops, (output + input bytes) / bandwidth)`` (each op its own kernel).
+- **fusion-aware traffic** (seeds/000 Section 3.2): fusible ops (pointwise, reduction, view)
+  fuse with their neighbours, so only *materialized* values cost memory traffic: written
+  once when computed and read once by each kernel that reads them. A value is materialized
+  when it is a primal, an output, not fusible, read by a non-fusible op, or carried from the
+  forward into the backward. The predicted time is ``sum(flops) / peak_flops + traffic / bandwidth``, or the
+  additive cost when the graph carries profiled costs.
+
+The device numbers are settings: :func:`remat.cost.calibrate.cpu_profile` measures this machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..graph.graph import Graph
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    peak_flops: float  # FLOP/s reachable by large matmuls in the training dtype
+    bandwidth: float  # bytes/s of main memory
+    launch_seconds: float = 0.0  # fixed cost per kernel
+    conv_workspace: float = 0.0  # transient bytes of a convolution, as a multiple of its output
+
+
+PROFILES = {
+    # datasheet numbers: dense TF32 tensor-core throughput and HBM bandwidth
+    "a100": DeviceProfile("a100", 156e12, 1.555e12, 4e-6),
+    "h100": DeviceProfile("h100", 378e12, 3.35e12, 4e-6),
+    "v100": DeviceProfile("v100", 15.7e12, 0.9e12, 4e-6),
+    # a 2-core x86 machine: ~50 GFLOP/s fp32 matmul, ~8 GB/s copy (remat.cost.calibrate measures yours)
+    # (measured here with benchmarks/conv_workspace.py: a CPU convolution allocates one more
+    # buffer of its output's size while it runs, its backward buffers of grad_output's and
+    # the input's sizes; either a weight-sized one when the weight is larger)
+    "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6, conv_workspace=1.0),
+}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    device: DeviceProfile = PROFILES["cpu"]
+
+    def op_costs(self, g: Graph) -> list[float]:
+        """Additive cost ``C_i`` of computing each node once (0 for primals and tangents)."""
+        return g._derived(("op_costs", self.device), self._op_costs)
+
+    def workspace(self, g: Graph) -> list[int]:
+        """Transient bytes an op holds while it runs, beyond its inputs and the memory the
+        accounting gives its output: the device's convolution buffers, and the outputs of a
+        multi-output op (a tuple holds no storage of its own; its items are counted when
+        their getitems run, but the op allocates them all while it runs)."""
+        return g._derived(("workspace", self.device), self._workspace)
+
+    def _workspace(self, g: Graph) -> list[int]:
+        f = self.device.conv_workspace
+        out = [int(n.bytes) if n.meta and n.meta.get("container") and not n.meta.get("alias_of")
+               else 0 for n in g.nodes]  # a split's items are views: nothing allocated
+        if f:
+            for i, n in enumerate(g.nodes):
+                # oneDNN reorders the operands to its blocked layouts: the activations
+                # (grad_output and input in the backward), or the weight when it is larger
+                # (small spatial sizes); benchmarks/conv_workspace.py measures both
+                weight = g[n.inputs[-1 if n.op.startswith("convolution_backward") else 1]].bytes \
+                    if len(n.inputs) >= 2 else 0
+                if n.op.startswith("convolution_backward"):
+                    acts = sum(g[v].bytes for v in n.inputs[:2])
+                    out[i] += int(f * max(acts, weight))
+                elif n.op.startswith("convolution"):
+                    out[i] += int(f * max(n.bytes, weight))
+        return out
+
+    def uses_profiled_costs(self, g: Graph) -> bool:
+        return any(n.cost is not None for n in g.nodes if not n.is_primal)
+
+    def seconds(self, compute_cost: float, traffic_bytes: int, flops: float = 0.0,
+                kernels: int = 0, g: Graph | None = None) -> float:
+        """Predicted time of a schedule from the totals the simulator gathered."""
+        if g is not None and self.uses_profiled_costs(g):
+            return compute_cost
+        return (flops / self.device.peak_flops + traffic_bytes / self.device.bandwidth
+                + kernels * self.device.launch_seconds)
+
+    def _op_costs(self, g: Graph) -> list[float]:
+        a = g._arrays
+        ins = g.input_indices
+        dev = self.device
+        out = []
+        for i, n in enumerate(g.nodes):
+            if n.is_primal or n.role == "tangent" and not n.inputs:
+                out.append(0.0 if n.cost is None else float(n.cost))
+            elif n.cost is not None:
+                out.append(float(n.cost))
+            else:
+                moved = int(a.bytes[i]) + sum(int(a.bytes[j]) for j in ins[i])
+                out.append(max(n.flops / dev.peak_flops, moved / dev.bandwidth) + dev.launch_seconds)
+        return out
+
+
+def materialized(g: Graph) -> np.ndarray:
+    """Values written to memory whatever the schedule: primals, outputs, values that are not
+    fusible or are read by a non-fusible op. The simulator adds the values a schedule
+    carries from the forward into the backward (saved values)."""
+    a = g._arrays
+    non_fusible_user = np.zeros(a.n, dtype=bool)
+    non_fusible_user[a.user_src[~a.fusible[a.user_idx]]] = True
+    return a.primal | a.is_output | a.backward_output | ~a.fusible | non_fusible_user
+
+
+def storage(g: Graph) -> tuple[list[int], list[int]]:
+    """``(owner, nbytes)``: the node whose storage each value lives in, and the bytes each
+    node's own storage holds. A view (``meta["alias_of"]``, set by capture) lives in its
+    base's storage; a tuple (``meta["container"]``) holds none of its own (its items do).
+    Graphs without these marks (Checkmate's) give every value its own storage."""
+    return g._derived("storage", _storage)
+
+
+def _storage(g: Graph) -> tuple[list[int], list[int]]:
+    owner = list(range(len(g)))
+    nbytes = [int(n.bytes) for n in g.nodes]
+    for i, n in enumerate(g.nodes):
+        base = n.meta.get("alias_of") if n.meta else None
+        if base is not None and base in g:
+            owner[i] = owner[g.index(base)]
+            nbytes[i] = 0
+        elif n.meta and n.meta.get("container"):
+            nbytes[i] = 0
+    return owner, nbytes
+
+
+def effective_bytes(g: Graph) -> list[int]:
+    """Bytes a value adds when it alone is resident: 0 for views and tuples. Solvers that
+    count memory per value (the MILP) use these; the simulator tracks storages exactly."""
+    return storage(g)[1]
+
+
+def default_cost_model() -> CostModel:
+    return CostModel()

@@ -1,0 +1,104 @@
+"""Lowering a Schedule to the forward and backward fx graphs that PyTorch compiles.
+
+The statements before the first backward op form the forward pass, the rest the backward.
+The values resident at that point which the backward reads before computing them again
+are the saved set; PyTorch's own extraction (:func:`remat.capture.joint.partition_with_saved`)
+builds the two modules' inputs and outputs from it, and their bodies are then rebuilt in
+statement order: a node computed again becomes a fresh copy, so every later reader uses
+the copy, and fx frees each value after its last use, as the schedule frees it.
+"""
+
+from __future__ import annotations
+
+
+import torch
+import torch.fx as fx
+
+from ..capture import joint as tc
+from ..errors import PlanError
+from ..plans.phases import split_schedule
+from ..plans.schedule import Schedule, Statement
+
+
+def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement], *,
+            extra_inputs: list[str] = (), extra_outputs: list[str] = (),
+            num_fwd_outputs: int = 0) -> fx.GraphModule:
+    """``gm``'s placeholders and output, with its body recomputed in ``stmts`` order.
+
+    A compute of a value that is current (a placeholder, or computed and not freed since)
+    is skipped; any other compute copies the joint graph's node with its inputs' current
+    versions. Nodes the output needs that no statement computes (symbolic sizes, RNG state
+    plumbing added by the extraction) are copied from ``gm`` on demand.
+    """
+    joint_nodes = {n.name: n for n in joint.graph.nodes}
+    own = {n.name: n for n in gm.graph.nodes}
+    new = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    current: set[str] = set()
+    for p in gm.graph.find_nodes(op="placeholder"):
+        if extra_inputs and tc.is_tangent_like(p):
+            # saved values PyTorch's extraction dropped (its own backward would not read
+            # them) go after the other saved values, before the tangents
+            for name in extra_inputs:
+                src = joint_nodes[name]
+                ph = new.placeholder(name)
+                ph.meta = dict(src.meta)
+                env[name] = ph
+                current.add(name)
+            extra_inputs = ()
+        env[p.name] = new.node_copy(p)
+        current.add(p.name)
+
+    def get(name: str) -> fx.Node:
+        if name in env:
+            return env[name]
+        node = own.get(name) or joint_nodes[name]
+        if node.op == "placeholder":
+            raise PlanError(f"lowered module reads {name!r}, which it does not receive")
+        copy = new.node_copy(node, lambda a: get(a.name))
+        env[name] = copy
+        current.add(name)
+        return copy
+
+    for s in stmts:
+        if s.op == "free":
+            current.discard(s.node)
+            continue
+        if s.node in current or s.node not in joint_nodes:
+            continue
+        jn = joint_nodes[s.node]
+        if jn.op == "placeholder":
+            continue
+        env.pop(s.node, None)
+        env[s.node] = new.node_copy(jn, lambda a: get(a.name))
+        current.add(s.node)
+    out = gm.graph.find_nodes(op="output")[0]
+    out_copy = new.node_copy(out, lambda a: get(a.name))
+    if extra_outputs:
+        values = list(out_copy.args[0])
+        saved = values[num_fwd_outputs:]
+        tensors = sum(1 for v in saved if isinstance(v, fx.Node)
+                      and isinstance(v.meta.get("val"), torch.Tensor))
+        at = num_fwd_outputs + tensors  # after the saved tensors, before saved symbolic sizes
+        values[at:at] = [get(n) for n in extra_outputs]
+        out_copy.args = (tuple(values),) + tuple(out_copy.args[1:])
+    new.eliminate_dead_code()
+    new.lint()
+    return fx.GraphModule(gm, new)
+
+
+def lower(joint: tc.JointInfo, schedule: Schedule) -> tuple[fx.GraphModule, fx.GraphModule, list[str]]:
+    """Forward and backward modules that run ``schedule``; also returns the saved names."""
+    split = split_schedule(schedule)
+    by_name = {n.name: n for n in joint.gm.graph.nodes}
+    missing = [s for s in split.saved if s not in by_name]
+    if missing:
+        raise PlanError(f"saved values {missing[:3]} are not in the joint graph")
+    fw, bw = tc.partition_with_saved(joint, [by_name[s] for s in split.saved])
+    received = {p.name for p in bw.graph.find_nodes(op="placeholder")}
+    dropped = [s for s in split.saved if s not in received]
+    fw = rebuild(fw, joint.gm, split.forward, extra_outputs=dropped,
+                 num_fwd_outputs=joint.num_fwd_outputs)
+    bw = rebuild(bw, joint.gm, split.backward, extra_inputs=dropped)
+    return fw, bw, split.saved
+

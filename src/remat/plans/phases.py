@@ -1,0 +1,76 @@
+"""The forward and backward phases of a Schedule, and the saved set that crosses between them.
+
+The statements before the first backward op form the forward pass, the rest the backward.
+The values resident at that point which the backward reads before computing them again are
+the saved set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import PlanError
+from ..graph.graph import Graph
+from .schedule import Schedule, Statement
+
+
+@dataclass(frozen=True)
+class Split:
+    forward: list[Statement]
+    backward: list[Statement]
+    saved: list[str]
+
+
+def split_schedule(schedule: Schedule) -> Split:
+    """Cut a schedule into forward and backward statements and find the saved set."""
+    g: Graph = schedule.graph
+    stmts = schedule.statements
+    cut = next((k for k, s in enumerate(stmts)
+                if s.op == "compute" and g[s.node].role == "backward"), len(stmts))
+    fw = [s for s in stmts[:cut] if not (s.op == "compute" and g[s.node].role == "tangent")]
+    bw = [s for s in stmts[cut:] if not (s.op == "compute" and g[s.node].role == "tangent")]
+    # tangents computed before the cut still belong to the backward
+    resident: set[str] = set()
+    for s in fw:
+        if s.op == "compute":
+            resident.add(s.node)
+        else:
+            resident.discard(s.node)
+    saved: list[str] = []
+    valid = set(resident)  # the forward's values still current in the backward
+    for s in bw:
+        if s.op == "free":
+            valid.discard(s.node)
+            continue
+        for i in g[s.node].inputs:
+            n = g[i]
+            if (i in valid or n.is_primal) and i not in saved and n.role != "tangent":
+                saved.append(i)
+        valid.discard(s.node)  # computed again in the backward: a new value
+    for n in g.nodes:  # forward values the backward returns as they are
+        if n.backward_output and n.name in resident and n.name not in saved:
+            saved.append(n.name)
+    fw, saved = _save_items_not_tuples(g, fw, saved)
+    return Split(fw, bw, saved)
+
+
+def _save_items_not_tuples(g: Graph, fw: list[Statement], saved: list[str]):
+    """A tuple cannot cross to the backward: save the items the backward reads instead
+    (computing them in the forward if the schedule did not)."""
+    fw = list(fw)
+    out: list[str] = []
+    computed = {s.node for s in fw if s.op == "compute"}
+    for name in saved:
+        if g[name].can_save or g[name].is_primal:
+            out.append(name)
+            continue
+        items = [u.name for u in g.users(name) if u.op == "getitem"]
+        if not items:
+            raise PlanError(f"schedule saves {name!r}, which cannot cross to the backward")
+        for it in items:
+            if it not in computed:
+                fw.append(Statement("compute", it))
+                computed.add(it)
+            if it not in out:
+                out.append(it)
+    return fw, out

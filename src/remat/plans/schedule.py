@@ -1,0 +1,214 @@
+"""Schedules: the order in which a training step computes and frees values.
+
+A :class:`Schedule` is a list of statements over a :class:`~remat.graph.Graph`:
+``compute v`` evaluates node ``v`` (computing it a second time is a recomputation) and
+``free v`` releases its memory (seeds/001 Section 4.9, Algorithm 1). Inputs and parameters
+are resident from the start and are never computed or freed; a tangent is computed (it
+costs nothing and reads nothing) when the backward starts. Every solver's plan lowers to a
+Schedule so that one simulator (:mod:`remat.plans.simulator`) judges all of them.
+
+>>> from remat.graph.examples import cos_cos_graph
+>>> s = schedule_from_saved_set(cos_cos_graph(), ["add_2"])
+>>> [str(st) for st in s.statements][:4]
+['compute add', 'compute add_1', 'free add', 'compute add_2']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import PlanError
+from ..graph.graph import Graph
+
+OPS = ("compute", "free")
+"""Statement kinds. Offload and reload will join them (MAGIS-style swapping)."""
+
+
+@dataclass(frozen=True)
+class Statement:
+    op: str
+    node: str
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.node}"
+
+
+@dataclass
+class Schedule:
+    """An ordered list of statements; ``meta`` holds what the solver wants to report."""
+
+    graph: Graph = field(repr=False)
+    statements: list[Statement]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.statements)
+
+    @property
+    def computes(self) -> list[str]:
+        return [s.node for s in self.statements if s.op == "compute"]
+
+    def compute_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name in self.computes:
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    @property
+    def recomputed(self) -> list[str]:
+        """Nodes computed more than once, in first-computation order."""
+        return [n for n, c in self.compute_counts().items() if c > 1]
+
+    def to_list(self) -> list[dict[str, str]]:
+        return [{"op": s.op, "node": s.node} for s in self.statements]
+
+    @classmethod
+    def from_list(cls, g: Graph, items: Iterable[Mapping[str, str]] | Iterable[Sequence[str]],
+                  meta: Mapping[str, Any] | None = None) -> "Schedule":
+        """Statements from ``[{"op": "compute", "node": "x"}, ...]`` or ``[("compute", "x"), ...]``."""
+        stmts = []
+        for k, it in enumerate(items):
+            op, node = (it["op"], it["node"]) if isinstance(it, Mapping) else tuple(it)
+            if op not in OPS:
+                raise PlanError(f"statement {k}: unknown op {op!r}; use one of {OPS}")
+            if node not in g:
+                raise PlanError(f"statement {k}: {op} {node!r} names no node of graph {g.name!r}")
+            stmts.append(Statement(op, node))
+        return cls(g, stmts, dict(meta or {}))
+
+    def __str__(self) -> str:
+        return "\n".join(map(str, self.statements))
+
+
+def kept_to_end(g: Graph) -> np.ndarray:
+    """Values that live until the step ends: forward outputs (the loss), values the backward
+    returns (gradients) and primal inputs and parameters. A schedule never frees them."""
+    a = g._arrays
+    return a.primal | a.is_output | a.backward_output
+
+
+def never_recomputed(g: Graph) -> np.ndarray:
+    """Nodes a schedule may compute only once: random ops (a second run would draw fresh
+    randomness) and nodes flagged ``must_save``."""
+    a = g._arrays
+    random = np.array([n.category == "random" for n in g.nodes], dtype=bool)
+    return (random | a.must_save) & ~a.primal
+
+
+def required_nodes(g: Graph) -> np.ndarray:
+    """Nodes every schedule must compute at least once: the forward values the outputs need
+    and every backward node (tangents included); primals are resident, not computed."""
+    from .saved_set import _required_forward
+
+    a = g._arrays
+    req = np.array(_required_forward(g), dtype=bool) | ~a.forward
+    return req & ~a.primal
+
+
+def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
+    """Lower a saved-set plan to a Schedule, as PyTorch runs it.
+
+    Forward: the required forward nodes in graph order, each value freed after its last
+    forward use unless it is saved or kept to the end. Backward: tangents first, then the
+    backward nodes in graph order, each unsaved forward value it needs computed on demand
+    just before its first use (as PyTorch's partitioner reorders recomputation to mimic the
+    autograd engine); every value is freed after its last backward use.
+    """
+    from .saved_set import backward_work
+
+    saved = list(dict.fromkeys(saved))
+    work = backward_work(g, saved)
+    if work.missing_inputs:
+        raise PlanError(f"saved set of {g.name!r} misses primal inputs the backward needs: "
+                        f"{list(work.missing_inputs)[:5]}")
+    a = g._arrays
+    n = a.n
+    ins = g.input_indices
+    keep = kept_to_end(g)
+    is_saved = np.zeros(n, dtype=bool)
+    is_saved[[g.index(s) for s in saved]] = True
+    req = required_nodes(g)
+
+    # the forward computes what its outputs need and every saved value (with its ancestors)
+    in_fwd = req & a.forward
+    stack = [i for i in np.flatnonzero(is_saved & ~in_fwd & ~a.primal).tolist()]
+    while stack:
+        i = stack.pop()
+        if in_fwd[i] or a.primal[i]:
+            continue
+        in_fwd[i] = True
+        stack.extend(ins[i])
+    fwd = np.flatnonzero(in_fwd).tolist()
+    bwd_work = set(g.index(c) for c in work.computed)
+    bwd_roots = np.flatnonzero(~a.forward).tolist()  # tangents and backward nodes, graph order
+
+    # backward order: on-demand DFS from each backward node over unsaved forward values
+    bwd: list[int] = []
+    done = np.zeros(n, dtype=bool)
+    tangents = [i for i in bwd_roots if g.nodes[i].role == "tangent"]
+    for t in tangents:
+        done[t] = True
+        bwd.append(t)
+    for root in bwd_roots:
+        if done[root]:
+            continue
+        stack = [(root, False)]
+        while stack:
+            i, expanded = stack.pop()
+            if done[i]:
+                continue
+            if expanded:
+                done[i] = True
+                bwd.append(i)
+                continue
+            stack.append((i, True))
+            for j in reversed(ins[i]):
+                held = is_saved[j] or (keep[j] and in_fwd[j])  # saved, or an output kept anyway
+                if not done[j] and not a.primal[j] and (not a.forward[j] or (j in bwd_work and not held)):
+                    stack.append((j, False))
+    # forward backward_outputs that are not saved are computed by the backward too
+    for i in sorted(bwd_work):
+        if not done[i] and not (keep[i] and in_fwd[i]):
+            done[i] = True
+            bwd.append(i)
+
+    stmts: list[Statement] = []
+    names = a.names
+    _emit(stmts, names, ins, fwd, keep | is_saved, first_phase=True)
+    # the backward reads each saved value, then frees it after its last backward use
+    _emit(stmts, names, ins, bwd, keep, carried=np.flatnonzero(is_saved & ~a.primal).tolist())
+    return Schedule(g, stmts, {"lowered_from": "saved_set", "saved": saved})
+
+
+def _emit(stmts: list[Statement], names: list[str], ins, order: list[int], keep: np.ndarray,
+          first_phase: bool = False, carried: Sequence[int] = ()) -> None:
+    """Append ``compute`` statements for ``order`` with ``free`` after each value's last use
+    within this phase; values in ``keep`` are not freed. ``carried`` values (computed in an
+    earlier phase) are freed after their last use here, or at once if unused."""
+    last_use: dict[int, int] = {}
+    for pos, i in enumerate(order):
+        for j in ins[i]:
+            last_use[j] = pos
+    frees_at: dict[int, list[int]] = {}
+    for pos, i in enumerate(order):
+        end = last_use.get(i, pos)
+        if end < pos:  # recomputed later in the phase than its last user: cannot happen
+            end = pos
+        frees_at.setdefault(end, []).append(i)
+    unused_carried = []
+    for j in carried:
+        if j in last_use:
+            frees_at.setdefault(last_use[j], []).append(j)
+        else:
+            unused_carried.append(j)
+    for j in unused_carried:
+        if not keep[j]:
+            stmts.append(Statement("free", names[j]))
+    for pos, i in enumerate(order):
+        stmts.append(Statement("compute", names[i]))
+        for j in frees_at.get(pos, ()):
+            if not keep[j]:
+                stmts.append(Statement("free", names[j]))

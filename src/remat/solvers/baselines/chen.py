@@ -1,0 +1,103 @@
+"""Chen et al. (2016): sqrt(n) checkpoints and the greedy segment budget on a candidate chain."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import AbstractSet, Sequence
+
+import numpy as np
+
+from ...cost.model import CostModel, default_cost_model
+from ...graph.graph import Graph
+from ...plans.result import BudgetResult
+from .policy import _context, _Ctx, _evaluate, _Point, _result, candidate_chain, linearized_candidates
+
+
+# -- checkpoint selection (Chen et al.) -----------------------------------------------------
+def chen_sqrtn_checkpoints(candidates: Sequence[int]) -> list[int]:
+    """Every ``floor(sqrt(|C|))``-th candidate (the artifact's ``(idx + 1) % k == 0``)."""
+    k = int(math.isqrt(len(candidates)))
+    if k == 0:
+        return []
+    return [v for i, v in enumerate(candidates) if (i + 1) % k == 0]
+
+
+def chen_greedy_checkpoints(ctx: _Ctx, candidates: AbstractSet[int], b: float) -> list[int]:
+    """Chen's greedy: running forward bytes; a candidate past ``b`` becomes a checkpoint."""
+    temp = 0
+    out = []
+    nb = ctx.nbytes
+    for v in ctx.fwd_order:
+        temp += int(nb[v])
+        if v in candidates and temp > b:
+            out.append(v)
+            temp = 0
+    return out
+
+
+def _chen_sqrtn(name: str, mode: str):
+    def solver(g: Graph, budget: float | None = None, *, cost_model: CostModel | None = None,
+               candidates: str = mode) -> BudgetResult:
+        t0 = time.perf_counter()
+        cm = cost_model or default_cost_model()
+        ctx = _context(g)
+        used, C = candidate_chain(g, candidates)
+        cps = chen_sqrtn_checkpoints(C)
+        p = _evaluate(g, ctx, cps, None, cm, len(cps))
+        return _result(name, g, ctx, budget, [p], t0, cm,
+                       {"candidates": used, "n_candidates": len(C)})
+
+    solver.__name__ = name.replace("-", "_")
+    solver.__doc__ = (f"Chen et al. sqrt(n) on the {mode} candidate chain: every "
+                      "floor(sqrt(|C|))-th candidate is a checkpoint.")
+    return solver
+
+
+def greedy_grid(g: Graph, points: int = 100) -> list[float]:
+    """Values of Chen's ``b`` to search, independent of the budget: the artifact's
+    ``M * (1 + arange(-1, 2, 0.01))`` (``M``: activation peak of linearized sqrt(n)), plus
+    ``points`` geometric values up to the total forward bytes."""
+    ctx = _context(g)
+    cm = default_cost_model()
+    sq = _evaluate(g, ctx, chen_sqrtn_checkpoints(linearized_candidates(g)), None, cm, None)
+    act = max(0, sq.sim.peak_bytes - sq.sim.constant_bytes)
+    grid = set((act * (1.0 + np.arange(-1, 2, 0.01))).tolist())
+    total = float(ctx.nbytes[ctx.fwd_order].sum()) if ctx.fwd_order else 0.0
+    pos = ctx.nbytes[ctx.fwd_order] if ctx.fwd_order else np.zeros(0)
+    pos = pos[pos > 0]
+    if total > 0 and len(pos):
+        grid |= set(np.geomspace(float(pos.min()) / 2, total, points).tolist())
+    grid |= {0.0, total}
+    return sorted(grid)
+
+
+def _chen_greedy(name: str, mode: str):
+    def solver(g: Graph, budget: float | None = None, *, cost_model: CostModel | None = None,
+               candidates: str = mode, b: float | None = None, points: int = 100) -> BudgetResult:
+        t0 = time.perf_counter()
+        cm = cost_model or default_cost_model()
+        ctx = _context(g)
+        used, C = candidate_chain(g, candidates)
+        cset = set(C)
+        if b is not None:
+            grid = [float(b)]
+        elif not ctx.has_backward:  # forward only: every policy frees values at last use
+            grid = [0.0]
+        else:
+            grid = greedy_grid(g, points)
+        seen: dict[tuple[int, ...], _Point] = {}
+        evaluated = []
+        for bv in grid:
+            cps = tuple(chen_greedy_checkpoints(ctx, cset, bv))
+            if cps in seen:
+                continue
+            p = seen[cps] = _evaluate(g, ctx, cps, None, cm, bv)
+            evaluated.append(p)
+        return _result(name, g, ctx, budget, evaluated, t0, cm,
+                       {"candidates": used, "n_candidates": len(C), "grid_size": len(grid)})
+
+    solver.__name__ = name.replace("-", "_")
+    solver.__doc__ = (f"Chen et al. greedy on the {mode} candidate chain, searching the segment "
+                      "budget b; the cheapest schedule within the budget.")
+    return solver

@@ -1,0 +1,107 @@
+"""Running HiGHS on a :class:`~remat.solvers.checkmate.model.CheckmateModel`: one instance,
+time limits that hold (interrupt callbacks), and the outcome in remat's terms."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import CheckmateModel
+
+
+@dataclass
+class HighsOutcome:
+    status: str  # "optimal", "infeasible", "time_limit", ... (HiGHS model status, simplified)
+    highs_status: str  # the raw HiGHS model status name
+    has_solution: bool
+    x: np.ndarray | None  # column values
+    objective: float | None  # model units
+    dual_bound: float | None  # model units (MIP: mip_dual_bound; LP: the optimum)
+    gap: float | None
+    nodes: int
+    seconds: float
+
+
+def new_highs(model: CheckmateModel, *, relax: bool = False, threads: int | None = None,
+              verbose: bool = False, options: dict | None = None):
+    """A ``highspy.Highs`` holding ``model`` (integrality dropped when ``relax``)."""
+    try:
+        import highspy
+    except ImportError as e:  # pragma: no cover - highspy is a solver dependency
+        raise ImportError("the Checkmate solvers need highspy (pip install highspy==1.12.0)") from e
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(verbose))
+    if threads is not None:
+        h.setOptionValue("threads", int(threads))
+        highspy.Highs.resetGlobalScheduler(True)
+    for k, v in (options or {}).items():
+        h.setOptionValue(k, v)
+    model.to_highs(h, relax=relax)
+    return h
+
+
+@contextmanager
+def _deadline(h, deadline: float | None):
+    """Interrupt ``h`` at ``deadline`` (a ``time.perf_counter()`` value) from inside the
+    simplex, IPM and MIP loops. HiGHS's own ``time_limit`` is not checked within a large
+    root LP: ResNet50's ran 74 s past a 50 s limit."""
+    if deadline is None:
+        yield
+        return
+    import time
+
+    def stop_when_late(event) -> None:
+        if time.perf_counter() >= deadline:
+            event.interrupt()
+
+    hooks = (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt)
+    for hook in hooks:
+        hook.subscribe(stop_when_late)
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.unsubscribe(stop_when_late)
+
+
+def run_highs(h, *, time_limit: float | None = None, mip_gap: float | None = None,
+              mip: bool = True) -> HighsOutcome:
+    """Run ``h`` and read back the status, the incumbent and the bound."""
+    import time
+
+    import highspy
+
+    h.setOptionValue("time_limit", float(time_limit) if time_limit is not None else np.inf)
+    if mip_gap is not None:
+        h.setOptionValue("mip_rel_gap", float(mip_gap))
+    t0 = time.perf_counter()
+    with _deadline(h, None if time_limit is None else t0 + float(time_limit)):
+        h.run()
+    seconds = time.perf_counter() - t0
+    ms = h.getModelStatus()
+    raw = ms.name if hasattr(ms, "name") else str(ms).split(".")[-1]
+    status = _STATUS.get(raw, raw)
+    info = h.getInfo()
+    has = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
+    x = np.array(h.getSolution().col_value) if has else None
+    obj = float(info.objective_function_value) if has else None
+    if mip:
+        db = float(info.mip_dual_bound)
+        dual = db if np.isfinite(db) else None
+        gap = float(info.mip_gap) if has and np.isfinite(info.mip_gap) else None
+        nodes = int(info.mip_node_count)
+    else:
+        dual = obj if status == "optimal" else None
+        gap, nodes = None, 0
+    del highspy
+    return HighsOutcome(status, raw, has, x, obj, dual, gap, nodes, seconds)
+
+
+_STATUS = {
+    "kOptimal": "optimal", "kInfeasible": "infeasible", "kTimeLimit": "time_limit",
+    "kUnboundedOrInfeasible": "infeasible", "kInterrupt": "interrupted",
+    "kHighsInterrupt": "interrupted", "kIterationLimit": "iteration_limit",
+    "kSolutionLimit": "solution_limit", "kMemoryLimit": "memory_limit",
+}
