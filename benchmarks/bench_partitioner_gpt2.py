@@ -97,7 +97,7 @@ def main():
         t = time.perf_counter()
         joint = tc.prepare_joint(gm, kwargs["num_fwd_outputs"], kwargs.get("static_lifetime_input_indices"))
         graph = graph_from_joint(joint)
-        plan = solve(graph, "mincut", mode="conservative")
+        plan = solve(graph, "mincut-conservative")
         by_name = {n.name: n for n in joint.gm.graph.nodes}
         tc.partition_with_saved(joint, [by_name[s] for s in plan.saved_names])
         samples["remat_partition"].append(time.perf_counter() - t)

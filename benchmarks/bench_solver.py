@@ -6,7 +6,7 @@ For each size, builds a transformer-like joint forward+backward graph with
 
   - remat: the whole ``mincut(g, mode)`` call (analysis, flow network, the three max-flows of
     the lexicographic tie-break, extracting the cut, and building the Plan), split with
-    ``plan.stats`` into build (analysis + network), max-flow (+ cut extraction) and plan;
+    ``plan.details`` into build (analysis + network), max-flow (+ cut extraction) and plan;
     and ``cold``: the first plan on a freshly constructed Graph (no cached structure);
   - networkx: ``nx.minimum_cut`` (preflow_push, its default, and shortest_augmenting_path)
     on the SAME flow network, ``flow_network(g, analyse(g, mode))`` with infinite arcs left
@@ -89,7 +89,7 @@ def bench_remat(g: Graph, mode: str, repeats: int, warmup: int) -> dict:
     med = statistics.median
 
     def stat(key):
-        return med(p.stats[key] for p in timed_plans)
+        return med(p.details[key] for p in timed_plans)
 
     return {
         "remat_ms": med(times) * 1e3,
@@ -101,8 +101,8 @@ def bench_remat(g: Graph, mode: str, repeats: int, warmup: int) -> dict:
         "cut_value": int(plan.cost),
         "saved": len(plan.saved),
         "recomputed": len(plan.recomputed),
-        "flow_vertices": plan.stats["flow_vertices"],
-        "flow_arcs": plan.stats["flow_arcs"],
+        "flow_vertices": plan.details["flow_vertices"],
+        "flow_arcs": plan.details["flow_arcs"],
     }
 
 

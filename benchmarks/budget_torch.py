@@ -23,7 +23,7 @@ from remat.zoo.cnn import ConvBN
 from remat.zoo.mlp import MLP
 from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 from remat.bench.budgeted import budgeted_step
-from remat.plans.plan import _fmt_bytes
+from remat.plans.budget import format_bytes as _fmt_bytes
 
 
 def cases(dtype: torch.dtype) -> dict:
@@ -63,7 +63,7 @@ def main() -> None:
         r = budgeted_step(model, inputs, solver, args.where, time_limit=args.time_limit,
                           strict=False, device=args.device, compiler=args.compiler)
         ok = "yes" if r.measured_total <= r.budget else "**no**"
-        print(f"| {name} | {r.plan.solver} ({r.plan.stats.get('status')}) | {_fmt_bytes(r.low)} - "
+        print(f"| {name} | {r.plan.solver} ({r.plan.status}) | {_fmt_bytes(r.low)} - "
               f"{_fmt_bytes(r.high)} | {_fmt_bytes(r.budget)} "
               f"({_fmt_bytes(r.plan.options['planned_bytes'])}) | {_fmt_bytes(r.sim.peak_bytes)} | "
               f"{_fmt_bytes(r.measured_total)} | {ok} | {_fmt_bytes(r.measured)} / "

@@ -188,7 +188,7 @@ def test_vgg16_checkpoint_all(vgg16):
     upto = [n.bytes for n in fwd[: [n.name for n in fwd].index("block4_conv3") + 1]]
     assert r.peak_bytes == (data + sum(upto) + g["predictions"].bytes
                             + g["block4_conv3_backward"].bytes + g["block4_conv2_backward"].bytes)
-    assert str(r.schedule.statements[r.sim.peak_statement]) == "compute block4_conv2_backward"
+    assert str(r.schedule().statements[r.sim.peak_statement]) == "compute block4_conv2_backward"
 
 
 def test_vgg16_baselines(vgg16):
@@ -241,7 +241,7 @@ def test_random_graphs_valid(g):
         r = fn(g)
         assert r.sim is not None and r.sim.valid, (name, r.message)
         assert r.feasible
-        counts = r.schedule.compute_counts()
+        counts = r.schedule().compute_counts()
         for n in g.nodes:  # random ops and must_save values are never recomputed
             if n.category == "random" or n.must_save:
                 assert counts.get(n.name, 0) <= 1, (name, n.name)

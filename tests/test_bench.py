@@ -70,7 +70,7 @@ def test_peak_memory_counts_the_previous_gradients_freed():
 
 
 def test_saved_activation_bytes_cos_cos_conservative_is_one_tensor():
-    case, prep = _prepared("remat-conservative")
+    case, prep = _prepared("mincut-conservative")
     prep.step()
     saved = M.saved_activation_bytes(prep, prep.params_and_inputs())
     one = case.inputs[0].numel() * case.inputs[0].element_size()
@@ -82,7 +82,7 @@ def test_saved_activation_bytes_cos_cos_conservative_is_one_tensor():
 
 
 def test_prediction_of_cos_cos_matches_measured_peak():
-    case, prep = _prepared("remat-conservative")
+    case, prep = _prepared("mincut-conservative")
     prep.step()
     held = prep.params_and_inputs()
     released = M.released_gradient_bytes(prep.step, held)
@@ -158,38 +158,38 @@ def test_calibrated_cpu_profile_is_cached():
 def test_runner_records_errors_and_keeps_the_others(tmp_path):
     from remat.bench.runner import run
 
-    recs = run(["cos-cos", "no-such-model"], "tiny", ["eager", "remat-conservative", "remat:no-such-solver"],
+    recs = run(["cos-cos", "no-such-model"], "tiny", ["eager", "mincut-conservative", "no-such-solver"],
                compiler="eager", out_dir=tmp_path, repeats=2, warmup=1, progress=False)
     by = {(r["model"], r["method"]): r for r in recs}
     assert len(recs) == 6
     for r in recs:
         assert REQUIRED <= set(r), REQUIRED - set(r)
     assert by["cos-cos", "eager"]["status"] == "ok"
-    cons = by["cos-cos", "remat-conservative"]
+    cons = by["cos-cos", "mincut-conservative"]
     assert cons["status"] == "ok" and cons["saved_activation_bytes"] == 4 << 10  # a+b+c+d: 2^10 floats
     assert cons["predicted_peak_bytes"] is not None and cons["step_ms"] > 0
-    assert by["cos-cos", "remat:no-such-solver"]["status"].startswith("error")
+    assert by["cos-cos", "no-such-solver"]["status"].startswith("error")
     assert all(by["no-such-model", m]["status"].startswith("error") for m in
-               ("eager", "remat-conservative", "remat:no-such-solver"))
+               ("eager", "mincut-conservative", "no-such-solver"))
     # the files: json (versioned), csv, md, fidelity, timelines
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["format"] == report.RESULTS_FORMAT and len(doc["records"]) == 6
     assert (tmp_path / "results.csv").read_text().startswith("model,size,method")
-    assert "| cos-cos | tiny | remat-conservative | ok |" in (tmp_path / "results.md").read_text()
+    assert "| cos-cos | tiny | mincut-conservative | ok |" in (tmp_path / "results.md").read_text()
     assert "Fidelity" in (tmp_path / "fidelity.md").read_text()
     tl = json.loads((tmp_path / cons["timeline"]).read_text())
     assert tl["measured"] and tl["simulated"]
 
     # resume: ok records are kept as they are, failed ones are tried again
     stamp = cons["time"]
-    recs2 = run(["cos-cos"], "tiny", ["eager", "remat-conservative", "no-recompute"], compiler="eager",
+    recs2 = run(["cos-cos"], "tiny", ["eager", "mincut-conservative", "no-recompute"], compiler="eager",
                 out_dir=tmp_path, repeats=2, warmup=1, progress=False)
     by2 = {(r["model"], r["method"]): r for r in recs2}
-    assert by2["cos-cos", "remat-conservative"]["time"] == stamp
+    assert by2["cos-cos", "mincut-conservative"]["time"] == stamp
     assert by2["cos-cos", "no-recompute"]["status"] == "ok"
     assert len(recs2) == 7
     md = report.markdown_table(recs2)
-    row = next(line for line in md.splitlines() if "| remat-conservative | ok |" in line)
+    row = next(line for line in md.splitlines() if "| mincut-conservative | ok |" in line)
     assert row.split("|")[10].strip() == "0.50"  # saved vs no-recompute: 1 of 2 tensors
 
 
@@ -210,7 +210,7 @@ def test_cli_bench_writes_results(tmp_path, capsys):
     from remat.cli.main import main
 
     out = tmp_path / "bench"
-    rc = main(["bench", "--models", "cos-cos", "--size", "tiny", "--methods", "eager,remat-conservative",
+    rc = main(["bench", "--models", "cos-cos", "--size", "tiny", "--methods", "eager,mincut-conservative",
                "--compiler", "eager", "--out", str(out), "--repeats", "2", "--no-progress", "--plot"])
     assert rc == 0
     for f in ("results.json", "results.csv", "results.md", "fidelity.md"):
@@ -218,4 +218,4 @@ def test_cli_bench_writes_results(tmp_path, capsys):
     assert (out / "plots" / "normalized_tiny_cpu.png").exists() is False  # no no-recompute baseline
     assert (out / "plots" / "timeline_cos-cos_tiny_cpu.png").exists()
     printed = capsys.readouterr().out
-    assert "remat-conservative" in printed
+    assert "mincut-conservative" in printed

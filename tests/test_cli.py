@@ -19,9 +19,9 @@ def run_cli(*args):
 def test_plan_json_on_saved_graph(tmp_path, capsys):
     path = tmp_path / "cos.json"
     save_graph(cos_cos_graph(), path)
-    assert main(["plan", str(path), "--solver", "mincut", "--json"]) == 0
+    assert main(["plan", str(path), "--solver", "mincut-conservative", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["saved"] == ["add_2"]
+    assert [s["name"] for s in out["saved"]] == ["add_2"]
     assert out["cost"] == 2 * 4096
     assert 0 < out["solve_seconds"] < 5
 
@@ -29,10 +29,10 @@ def test_plan_json_on_saved_graph(tmp_path, capsys):
 def test_plan_aggressive_on_checkmate_graph(capsys):
     from paths import CHECKMATE_DIR
 
-    assert main(["plan", str(CHECKMATE_DIR / "VGG16_256_224_224_3_train_nx.json"), "--mode", "aggressive",
-                 "--json"]) == 0
+    assert main(["plan", str(CHECKMATE_DIR / "VGG16_256_224_224_3_train_nx.json"), "--solver",
+                 "mincut-aggressive", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["saved"] and out["options"]["mode"] == "aggressive"
+    assert out["saved"] and out["solver"] == "mincut-aggressive"
 
 
 @pytest.mark.parametrize("content, message", [
@@ -62,7 +62,7 @@ def test_capture_writes_a_loadable_graph(tmp_path):
     g = load_graph(out)
     assert {n.role for n in g} >= {"input", "tangent", "forward", "backward"}
     r = run_cli("plan", str(out), "--json")
-    assert json.loads(r.stdout)["saved"] == ["add_2"]
+    assert [s["name"] for s in json.loads(r.stdout)["saved"]] == ["add_2"]
 
 
 def test_demo_runs_every_method(tmp_path):
@@ -71,7 +71,7 @@ def test_demo_runs_every_method(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     by = {(x["example"], x["method"]): x for x in rows}
-    assert by[("cos-cos", "remat")]["saved_names"] == ["add_2"]
+    assert by[("cos-cos", "mincut-conservative")]["saved_names"] == ["add_2"]
     assert by[("cos-cos", "eager")]["saved_tensors"] == 2
-    assert by[("cos-cos", "remat")]["saved_tensors"] == 1
-    assert by[("dropout-mask", "remat")]["saved_bytes"] == 512  # the bool mask
+    assert by[("cos-cos", "mincut-conservative")]["saved_tensors"] == 1
+    assert by[("dropout-mask", "mincut-conservative")]["saved_bytes"] == 512  # the bool mask

@@ -12,7 +12,7 @@ from remat.graph.batch import base_batch_of, scale_batch
 from remat.bench.max_batch import cost_split, max_batch, one_forward_overhead, probe_batch
 from remat.plans.simulator import simulate
 from remat.solvers.baselines import BASELINES, checkpoint_all
-from remat.plans.result import BudgetResult
+from remat.plans.plan import Plan
 
 
 def checkmate_chain(n: int = 4, batch: int = 8, per_example: int = 100) -> Graph:
@@ -129,8 +129,8 @@ def test_max_batch_flags_time_limited_probes():
     g = checkmate_chain(n=3, batch=8)
 
     def timed_out(graph, budget):
-        return BudgetResult("fake", budget, False, None, None, None, 0.0, "no_solution",
-                            message="no schedule found within the time limit (Time limit reached)")
+        return Plan.without_schedule(graph, solver="fake", status="no_solution",
+                                     message="no schedule found within the time limit (Time limit reached)")
 
     r = max_batch(g, timed_out, 1e12, 2.0, max_batch_size=64)
     assert r.batch == 0 and not r.exact and r.undecided == [1, 5, 7, 8]
@@ -142,15 +142,15 @@ def test_probe_uses_simulated_schedule():
     g = checkmate_chain(n=4, batch=8)
     p, res = probe_batch(g, BASELINES["checkpoint-all"], 16, 1e12, 1.0)
     assert p.feasible and p.overhead == pytest.approx(1.0)
-    assert p.peak_bytes == simulate(res.schedule).peak_bytes
+    assert p.peak_bytes == simulate(res.schedule()).peak_bytes
 
 
 def test_graph_scaling_is_torch_free():
     import subprocess
     import sys
 
-    code = ("import sys, json; from remat.bench.max_batch import scale_batch, max_batch, "
-            "one_forward_overhead; from remat.solvers.baselines import BASELINES; "
+    code = ("import sys, json; from remat.bench.max_batch import max_batch, "
+            "one_forward_overhead; from remat.graph.batch import scale_batch; from remat.solvers.baselines import BASELINES; "
             "from remat.graph import Graph, Node; "
             "g = Graph([Node('x', 'placeholder', (), role='input', bytes=8, category='input'), "
             "Node('y', 'f', ('x',), bytes=16, cost=1.0)], name='m_2_1_1_1'); "

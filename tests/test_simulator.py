@@ -144,7 +144,7 @@ def test_every_saved_set_and_staged_schedule_replays_validly(g):
     # min-cut plans lower to valid schedules that compute nothing twice beyond the recomputed set
     for mode in ("conservative", "aggressive"):
         try:
-            plan = solve(g, "mincut", mode=mode)
+            plan = solve(g, f"mincut-{mode}")
         except PlanError:
             continue
         s = schedule_from_saved_set(g, plan.saved_names)

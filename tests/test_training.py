@@ -45,7 +45,7 @@ def test_gradients_equal_eager_and_saved_bytes_at_most_torch(name, mode):
     expected = _grads_after_step(copy.deepcopy(model), inputs)
     plans = []
     test_model = copy.deepcopy(model)
-    compiled = remat.compile(test_model, mode=mode, compiler="eager", strict=True,
+    compiled = remat.compile(test_model, solver=f"mincut-{mode}", compiler="eager", strict=True,
                              on_plan=lambda g, p: plans.append(p))
     _loss(compiled(*inputs)).backward()
     got = {n: p.grad for n, p in test_model.named_parameters() if p.grad is not None}
@@ -54,7 +54,7 @@ def test_gradients_equal_eager_and_saved_bytes_at_most_torch(name, mode):
         torch.testing.assert_close(got[k], expected[k], rtol=1e-4, atol=1e-5, msg=k)
     assert len(plans) == 1, "expected one graph (no graph breaks)"
     ours = plans[0]
-    torch_plan = remat.plan(copy.deepcopy(model), *inputs, solver="torch-mincut", mode=mode)
+    torch_plan = remat.plan(copy.deepcopy(model), *inputs, solver="torch-mincut")
     # the seeds' cost model: remat's cut is optimal, so never worse than torch's choice
     assert ours.cost <= torch_plan.cost
     if (name, mode) in TRAFFIC_OVER_BYTES:
@@ -119,11 +119,15 @@ def test_backend_string_registered():
     assert [s.name for s in plans[0].saved_activations] == ["add_2"]
 
 
-def test_partitioner_uuid_reflects_solver_and_mode():
+def test_partitioner_uuid_reflects_solver_and_budget():
+    from remat.lower.options import Options
     from remat.lower.partitioner import RematPartitioner
 
-    ids = {RematPartitioner(s, m).uuid() for s in ("mincut", "torch-mincut") for m in ("conservative", "aggressive")}
-    assert len(ids) == 4
+    ids = {RematPartitioner(Options.create(solver=s, budget=b)).uuid()
+           for s in ("mincut-conservative", "mincut-aggressive", "auto") for b in (None, 0.5)}
+    assert len(ids) == 6
+    same = Options.create(solver="auto", on_plan=print)
+    assert RematPartitioner(same).uuid() == RematPartitioner(Options.create(solver="auto")).uuid()
 
 
 @pytest.mark.inductor

@@ -88,7 +88,7 @@ def test_every_method_gives_eager_gradients(name, method):
         prep = prepare(method, case, compiler="eager", strict=True)
         loss = prep.step()
     if name == "dropout-mask":
-        _check_dropout_mask(prep, loss, same_mask=method != "checkpoint")
+        _check_dropout_mask(prep, loss, same_mask=method != "torch-checkpoint")
         return
     got = _grads(prep)
     assert len(got) == len(expected)
@@ -97,14 +97,14 @@ def test_every_method_gives_eager_gradients(name, method):
         assert (g is None) == (e is None), f"{name} {method}: {label}: gradient {'missing' if g is None else 'extra'}"
         if e is not None:
             torch.testing.assert_close(g, e, **tol, msg=lambda m: f"{name} {method}: {label}: {m}")
-    if method != "checkpoint":
+    if method != "torch-checkpoint":
         # BatchNorm / EvoNorm-B0 running statistics advance exactly as in eager.
         # (Checkpointing reruns the forward in the backward and may update them twice.)
         for (n, b), (_, e) in zip(_buffers(prep.model).items(), _buffers(ref.model).items()):
             torch.testing.assert_close(b, e, **tol, msg=lambda m: f"{name} {method}: buffer {n}: {m}")
     if name not in FLOAT64:
         _PREPARED[(name, method)] = prep
-    if method == "checkpoint":
+    if method == "torch-checkpoint":
         assert prep.plans == [] and prep.planner_seconds is None
     else:
         assert prep.plans and len(prep.plans) == len(prep.graphs), f"{name} {method}: no plan captured"
@@ -133,7 +133,7 @@ def _check_dropout_mask(prep, loss, same_mask=True):
     "the seed; a random op that the partition recomputes (inside torch.utils.checkpoint) draws a "
     "new mask in the backward. Real inductor kernels honour the seed (test below)."))
 def test_checkpointed_random_op_with_eager_compiler_redraws():
-    prep = prepare("checkpoint", zoo.build("dropout-mask"), compiler="eager")
+    prep = prepare("torch-checkpoint", zoo.build("dropout-mask"), compiler="eager")
     loss = prep.step()
     x = prep.inputs[0]
     torch.testing.assert_close(loss, (x.detach() * x.grad).sum(), rtol=1e-5, atol=1e-4)
@@ -142,7 +142,7 @@ def test_checkpointed_random_op_with_eager_compiler_redraws():
 @pytest.mark.inductor
 @pytest.mark.slow
 def test_checkpointed_random_op_with_inductor_reuses_the_forward_mask():
-    prep = prepare("checkpoint", zoo.build("dropout-mask"), compiler="inductor")
+    prep = prepare("torch-checkpoint", zoo.build("dropout-mask"), compiler="inductor")
     loss = prep.step()
     x = prep.inputs[0]
     torch.testing.assert_close(loss, (x.detach() * x.grad).sum(), rtol=1e-5, atol=1e-4)
@@ -151,7 +151,7 @@ def test_checkpointed_random_op_with_inductor_reuses_the_forward_mask():
 def test_compiled_random_ops_are_reproducible_under_a_seed():
     case = zoo.build("dropout-mask")
     grads = []
-    for method in ("compile", "remat-conservative", "remat-conservative"):
+    for method in ("torch-mincut", "mincut-conservative", "mincut-conservative"):
         prep = prepare(method, case, compiler="eager", strict=True)
         torch.manual_seed(1)
         prep.step()
@@ -160,7 +160,7 @@ def test_compiled_random_ops_are_reproducible_under_a_seed():
 
 
 def test_cos_cos_plan_saves_only_the_sum():
-    for method in ("remat-conservative", "remat-aggressive"):
+    for method in ("mincut-conservative", "mincut-aggressive"):
         (plan,) = _prepared("cos-cos", method).plans
         acts = plan.saved_activations
         assert [s.name for s in acts] == ["add_2"]
@@ -171,7 +171,7 @@ def test_cos_cos_plan_saves_only_the_sum():
 
 
 def test_gelu_erf_plan_saves_no_activation():
-    assert _prepared("gelu-erf", "remat-conservative").plans[0].saved_activations == []
+    assert _prepared("gelu-erf", "mincut-conservative").plans[0].saved_activations == []
 
 
 def test_qehvi_big_intermediates_are_not_saved():
@@ -179,9 +179,9 @@ def test_qehvi_big_intermediates_are_not_saved():
     aggressive mode: in conservative mode ``prod`` (over the objectives) is not fusible, so its
     big input is "materialized in the backward anyway" and saved (about half of autograd's)."""
     saved = {m: sum(p.saved_activation_bytes for p in _prepared("qehvi", m).plans)
-             for m in ("no-recompute", "remat-conservative", "remat-aggressive")}
-    assert saved["remat-aggressive"] < 0.1 * saved["no-recompute"]
-    assert saved["remat-conservative"] < saved["no-recompute"]
+             for m in ("no-recompute", "mincut-conservative", "mincut-aggressive")}
+    assert saved["mincut-aggressive"] < 0.1 * saved["no-recompute"]
+    assert saved["mincut-conservative"] < saved["no-recompute"]
 
 
 def test_qehvi_matches_botorch():
@@ -314,7 +314,7 @@ def test_methods_use_their_own_copies():
     case = zoo.build("resnet18")
     before = copy.deepcopy(case.model.state_dict())
     a = prepare("eager", case)
-    b = prepare("remat-conservative", case, compiler="eager")
+    b = prepare("mincut-conservative", case, compiler="eager")
     a.step()
     assert a.model is not case.model and a.model is not b.model
     assert a.inputs[0] is not case.inputs[0]
@@ -331,13 +331,13 @@ def test_methods_use_their_own_copies():
 
 def test_checkpoint_wraps_every_block():
     case = zoo.build("unet")
-    prep = prepare("checkpoint", case, compiler="eager")
+    prep = prepare("torch-checkpoint", case, compiler="eager")
     for block in case.blocks:
         assert isinstance(prep.model.get_submodule(block), Checkpointed)
     # parameters in the same order as the case's (the wrapper adds a ".module" level)
     names = [n.replace(".module.", ".") for n, _ in prep.model.named_parameters()]
     assert names == [n for n, _ in case.model.named_parameters()]
-    whole = prepare("checkpoint", zoo.build("gelu-erf"), compiler="eager")
+    whole = prepare("torch-checkpoint", zoo.build("gelu-erf"), compiler="eager")
     assert isinstance(whole.model, Checkpointed)
 
 
@@ -361,39 +361,43 @@ def test_checkpoint_saves_less_than_no_recompute():
     """Full checkpointing saves only block inputs: less than autograd and no-recompute."""
     case = zoo.build("mlp", "small", batch=64)
     saved = {}
-    for method in ("eager", "no-recompute", "checkpoint"):
+    for method in ("eager", "no-recompute", "torch-checkpoint"):
         prep = prepare(method, case, compiler="eager")
         prep.step()
         saved[method] = _saved_activation_bytes(prep)
-    assert saved["checkpoint"] < saved["no-recompute"] <= saved["eager"]
+    assert saved["torch-checkpoint"] < saved["no-recompute"] <= saved["eager"]
 
 
 def test_method_strings():
-    spec = parse_method("remat:mincut:aggressive")
-    assert (spec.kind, spec.solver, spec.mode, spec.options) == ("remat", "mincut", "aggressive", {})
-    spec = parse_method("remat:mincut:tie_break=false")
-    assert spec.mode == "conservative" and spec.options == {"tie_break": False}
-    assert parse_method("remat-aggressive") == parse_method("remat:mincut:aggressive")
-    assert parse_method("compile").solver == "torch-mincut"
-    with pytest.raises(ValueError, match="remat-conservative"):
+    """A method is eager, torch-checkpoint, or a solver's name with its options: one name per
+    method across the API, the command line and the benchmarks."""
+    spec = parse_method("mincut-aggressive")
+    assert (spec.kind, spec.solver, spec.options, spec.solver_options) == ("remat", "mincut-aggressive", {}, {})
+    spec = parse_method("mincut-conservative:tie_break=false")
+    assert spec.solver == "mincut-conservative" and spec.solver_options == {"tie_break": False}
+    spec = parse_method("checkmate:budget=0.6,time_limit=5,threads=1")
+    assert spec.options == {"budget": 0.6, "time_limit": 5} and spec.solver_options == {"threads": 1}
+    assert parse_method("torch-mincut").solver == "torch-mincut"
+    assert parse_method("torch-checkpoint").kind == "checkpoint"
+    with pytest.raises(ValueError, match="mincut-conservative"):
         parse_method("mincut")
-    with pytest.raises(ValueError, match="unknown solver 'nope'"):
-        parse_method("remat:nope")
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        parse_method("nope")
     with pytest.raises(ValueError, match="no option 'bogus'"):
-        parse_method("remat:mincut:bogus=0.6")
-    with pytest.raises(ValueError, match="unknown mode"):
-        parse_method("remat:mincut:fast")
-    with pytest.raises(ValueError, match="takes no options"):
-        parse_method("remat:torch-mincut:x=1")
+        parse_method("mincut-aggressive:bogus=0.6")
+    with pytest.raises(ValueError, match="needs a memory budget"):
+        parse_method("checkmate")
+    with pytest.raises(ValueError, match="has no option 'x'"):
+        parse_method("torch-mincut:x=1")
     with pytest.raises(ValueError, match="compiler"):
-        prepare("compile", zoo.build("mlp"), compiler="tvm")
+        prepare("torch-mincut", zoo.build("mlp"), compiler="tvm")
 
 
 def test_solver_options_reach_the_solver():
     case = zoo.build("cos-cos")
-    prep = prepare("remat:mincut:aggressive:tie_break=false", case, compiler="eager", strict=True)
+    prep = prepare("mincut-aggressive:tie_break=false", case, compiler="eager", strict=True)
     prep.step()
-    assert prep.solver_options == {"tie_break": False}
+    assert prep.options == {"tie_break": False}
     assert prep.plans[0].options["tie_break"] is False
     assert [s.name for s in prep.plans[0].saved_activations] == ["add_2"]
 

@@ -2,35 +2,39 @@
 
 remat captures a training step's joint forward+backward graph, decides for every
 intermediate tensor whether to save it for the backward or recompute it (the fusion-aware
-min cut of Yu & He), and runs that plan inside ``torch.compile``::
+min cut of Yu & He; Checkmate's schedules under a memory budget), and runs that plan inside
+``torch.compile``::
 
     import remat
     step = remat.compile(model)                 # torch.compile with remat's partitioner
+    step = remat.compile(model, budget="6GiB")  # ... within a peak-memory budget
     print(remat.plan(model, x))                 # what is saved, what is recomputed
     torch.compile(model, backend="remat")       # the same, as a dynamo backend
 
-The graph IR, the solvers and plans (``remat.graph``, ``remat.solvers``, ``remat.plans``)
-do not import torch; ``compile``/``plan`` do.
+The pipeline, one package per stage: :mod:`remat.graph` (the IR), :mod:`remat.capture`
+(PyTorch -> Graph), :mod:`remat.cost`, :mod:`remat.solvers`, :mod:`remat.plans` (Plan,
+Schedule, the simulator, budgets) and :mod:`remat.lower` (Plan -> torch.compile). The graph,
+cost, plans and solvers do not import torch; ``compile``/``plan`` do.
 """
 
 from __future__ import annotations
 
-from .errors import GraphError, PlanError, RematError, UnsupportedGraphError
-from .graph.graph import Graph, Node
-from .graph.io import load_graph, save_graph
-from .plans.plan import Plan, SavedValue
+from .errors import (BudgetError, GraphError, InfeasibleBudgetError, OptionError, PlanError,
+                     RematError, RematFallbackWarning, UnsupportedGraphError)
+from .graph import Graph, Node, load_graph, save_graph
+from .plans import Decision, Plan, SavedValue, Schedule
+from .solvers import solve
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-_LAZY = {"compile", "plan", "plan_all", "remat_backend", "RematPartitioner", "RematFallbackWarning"}
+_TORCH = ("compile", "plan", "plan_all")
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
+    if name in _TORCH:
         from . import api
-        from .lower import partitioner
 
-        return getattr(api, name, None) or getattr(partitioner, name)
+        return getattr(api, name)
     raise AttributeError(f"module 'remat' has no attribute {name!r}")
 
 
@@ -48,5 +52,7 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["Graph", "Node", "Plan", "SavedValue", "load_graph", "save_graph", "compile", "plan",
-           "plan_all", "GraphError", "PlanError", "RematError", "UnsupportedGraphError"]
+__all__ = ["Graph", "Node", "Plan", "Decision", "SavedValue", "Schedule", "load_graph", "save_graph",
+           "solve", "compile", "plan", "plan_all", "RematError", "GraphError", "PlanError",
+           "UnsupportedGraphError", "OptionError", "BudgetError", "InfeasibleBudgetError",
+           "RematFallbackWarning"]

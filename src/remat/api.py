@@ -1,62 +1,83 @@
-"""The public entry points: :func:`compile`, :func:`plan` and the ``"remat"`` dynamo backend."""
+"""The public entry points: :func:`compile`, :func:`plan` and :func:`plan_all`."""
 
 from __future__ import annotations
 
-import functools
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
-from .lower.backend import remat_backend
-from .lower.partitioner import RematPartitioner
+from .errors import OptionError
+from .lower.backend import RematBackend
+from .lower.options import Options
 from .plans.plan import Plan
+from .solvers import DEFAULT_TIME_LIMIT
+
+_TORCH_COMPILE = ("fullgraph", "dynamic", "mode", "options", "disable")
 
 
-def compile(model_or_fn: Callable, solver: str = "mincut", mode: str = "conservative",
-            strict: bool = False, *, budget: str | float | None = None,
-            time_limit: float | None = 60.0, compiler: str = "inductor",
-            options: dict | None = None, on_plan: Callable | None = None,
-            **torch_compile_kwargs: Any):
-    """``torch.compile`` with remat choosing what the forward saves for the backward.
+def compile(model: Callable, *, solver: str = "auto", budget: str | float | None = None,
+            time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
+            compiler: str = "inductor", solver_options: Mapping[str, Any] | None = None,
+            on_plan: Callable | None = None, fullgraph: bool = False, dynamic: bool | None = None,
+            mode: str | None = None, options: dict | None = None, disable: bool = False,
+            **unknown: Any):
+    """``torch.compile`` with remat choosing, for every graph of the training step, what the
+    forward saves for the backward and what the backward recomputes.
 
     >>> import torch, remat
     >>> f = remat.compile(lambda x: x.cos().cos(), compiler="eager")
     >>> x = torch.randn(8, requires_grad=True)
     >>> f(x).sum().backward()
 
-    ``solver``: ``"mincut"`` (remat's fusion-aware min cut), or the baselines
-    ``"torch-mincut"`` and ``"no-recompute"``. ``mode``: ``"conservative"`` (recompute only
-    fusible ops; best step time) or ``"aggressive"`` (recompute all but compute-intensive and
-    random ops; least memory). ``strict=True`` raises instead of falling back to PyTorch's
-    partitioner when remat cannot plan a graph. ``compiler="eager"`` skips kernel codegen
-    (fast to compile; for tests and inspection). ``options`` go to inductor's config;
-    other keyword arguments go to ``torch.compile`` (``fullgraph``, ``dynamic``, ...).
+    remat's options:
 
-    ``budget`` bounds the peak memory of each training step, inputs and parameters
-    included: bytes (``"6GiB"``, ``6e9``) or a fraction of the peak without recomputation
-    (``0.6``). remat then schedules with Checkmate's MILP (``solver="checkmate"``, for at
-    most ``time_limit`` seconds per graph), its LP rounding (``"checkmate-lp"``), a baseline
-    (``"chen-sqrtn"``, ``"chen-greedy"``, ``"griewank"``, ...) or, by default, the cheapest of
-    the MILP and the baselines; a budget nothing fits raises
-    :class:`remat.InfeasibleBudgetError` naming the smallest feasible budget found.
+    - ``solver``: ``"auto"`` (default: the conservative min cut, or with a budget the cheapest
+      plan within it), ``"mincut-conservative"`` (recompute only ops that fuse: no slower step),
+      ``"mincut-aggressive"`` (recompute all but compute-intensive and random ops: least
+      memory), ``"checkmate"``, ``"checkmate-lp"``, the baselines (``"chen-greedy"``, ...),
+      or PyTorch's own ``"torch-mincut"`` / ``"no-recompute"`` for comparison
+      (``remat.solvers.names()`` lists them all).
+    - ``budget``: the peak memory of each step, inputs and parameters included: bytes
+      (``"6GiB"``, ``6e9``) or a fraction of the peak without recomputation (``0.6``). A
+      budget nothing fits raises :class:`remat.InfeasibleBudgetError`, naming the smallest
+      feasible budget found, from the training step.
+    - ``time_limit``: seconds a solver may search per graph (None: no limit).
+    - ``strict``: raise instead of falling back to PyTorch's partitioner (with a warning)
+      when remat cannot plan a graph.
+    - ``compiler``: ``"inductor"``, or ``"eager"`` to run the partitioned graphs without
+      kernel codegen (fast to compile; for tests and inspection).
+    - ``solver_options``: the solver's own options, e.g. ``{"threads": 1}`` for checkmate.
+    - ``on_plan(graph, plan)``: called with every graph remat plans. On a compile-cache hit
+      (same graph and options in an earlier process) nothing is planned and it is not called.
+
+    ``fullgraph``, ``dynamic``, ``mode``, ``options`` (inductor's config) and ``disable`` are
+    ``torch.compile``'s. Any other keyword is an error that lists these.
     """
-    # validate the options now, not at the first call
-    RematPartitioner(solver, mode, strict, budget=budget, time_limit=time_limit)
-    backend = functools.partial(remat_backend, solver=solver, mode=mode, strict=strict,
-                                compiler=compiler, on_plan=on_plan, options=options,
-                                budget=budget, time_limit=time_limit)
-    return torch.compile(model_or_fn, backend=backend, **torch_compile_kwargs)
+    if unknown:
+        raise OptionError(f"remat.compile got unknown option {', '.join(map(repr, sorted(unknown)))}; "
+                          f"remat's options: {', '.join(Options.__dataclass_fields__)}; "
+                          f"torch.compile's: {', '.join(_TORCH_COMPILE)}")
+    settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
+                              compiler=compiler, solver_options=dict(solver_options or {}),
+                              on_plan=on_plan)
+    RematBackend(settings, options, mode)  # checks mode and options now, not at the first call
+    label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__name__", "graph")
+    return torch.compile(model, backend=RematBackend(settings, label=label), fullgraph=fullgraph,
+                         dynamic=dynamic, mode=mode, options=options, disable=disable)
 
 
-def plan(model_or_fn: Callable, *example_inputs: Any, solver: str = "mincut",
-         mode: str = "conservative", strict: bool = True, **kwargs: Any) -> Plan:
-    """Plan a model's training step without compiling kernels; returns the :class:`Plan`.
+def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
+         time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
+         solver_options: Mapping[str, Any] | None = None, **kwargs: Any) -> Plan:
+    """Plan a model's training step without compiling kernels; returns the :class:`Plan` of
+    its first graph (:func:`plan_all` returns one per graph).
 
-    For a module this is the joint graph of its forward with a tangent for its output,
-    exactly what ``torch.compile`` partitions (inductor's decompositions and joint passes).
-    The model runs its forward once on ``example_inputs``. A function's inputs must include
-    a tensor that requires grad.
+    The model runs its forward once on ``args`` and ``kwargs`` (keyword inputs such as
+    Hugging Face's ``input_ids=..., labels=...`` go to the model), which must involve a tensor
+    that requires grad. The graph is the joint forward+backward graph ``torch.compile`` would
+    partition. ``solver``, ``budget``, ``time_limit``, ``strict`` and ``solver_options`` are
+    remat's, as in :func:`compile`.
 
     >>> import torch, remat
     >>> def f1(a, b, c, d):
@@ -66,27 +87,31 @@ def plan(model_or_fn: Callable, *example_inputs: Any, solver: str = "mincut",
     >>> [s.name for s in p.saved_activations]
     ['add_2']
     """
-    plans = plan_all(model_or_fn, *example_inputs, solver=solver, mode=mode, strict=strict, **kwargs)
-    if not plans:
-        raise ValueError(
-            "no training graph was captured: make sure the model has parameters or an input "
-            "with requires_grad=True, and that it is not running under torch.no_grad()")
+    plans = plan_all(model, *args, solver=solver, budget=budget, time_limit=time_limit,
+                     strict=strict, solver_options=solver_options, **kwargs)
     if len(plans) > 1:
         warnings.warn(f"the model has {len(plans)} graphs (graph breaks); returning the plan of "
                       "the first. Use remat.plan_all for all of them.", stacklevel=2)
     return plans[0]
 
 
-def plan_all(model_or_fn: Callable, *example_inputs: Any, **kwargs: Any) -> list[Plan]:
+def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
+             time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
+             solver_options: Mapping[str, Any] | None = None, **kwargs: Any) -> list[Plan]:
     """Like :func:`plan`, but one Plan per captured graph (one per graph break + 1)."""
     plans: list[Plan] = []
-    kwargs.setdefault("strict", True)
-    compiled = compile(model_or_fn, compiler="eager", on_plan=lambda g, p: plans.append(p), **kwargs)
+    compiled = compile(model, solver=solver, budget=budget, time_limit=time_limit, strict=strict,
+                       compiler="eager", solver_options=solver_options,
+                       on_plan=lambda g, p: plans.append(p))
     torch._dynamo.reset()
     try:
-        compiled(*example_inputs)
+        compiled(*args, **kwargs)
     finally:
         torch._dynamo.reset()
+    if not plans:
+        raise OptionError(
+            "no training graph was planned: make sure the model has parameters or an input with "
+            "requires_grad=True, that it is not running under torch.no_grad(), and that remat did "
+            "not fall back to PyTorch's partitioner (a RematFallbackWarning says why; strict=True "
+            "raises instead)")
     return plans
-
-

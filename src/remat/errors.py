@@ -1,4 +1,18 @@
-"""Exceptions raised by remat. Each message names what was wrong and what to do."""
+"""Exceptions and warnings raised by remat. Each message names what was wrong and what to do.
+
+Every error remat raises on purpose is a :class:`RematError`; those about a value the user
+gave (a budget, a solver name, an option) are also ``ValueError``. Inside ``torch.compile``
+they reach the caller as themselves, not wrapped in dynamo's ``BackendCompilerFailed``::
+
+    try:
+        loss = step(x)
+    except remat.InfeasibleBudgetError as e:
+        print(e.smallest_feasible)
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 
 class RematError(Exception):
@@ -21,9 +35,27 @@ class UnsupportedGraphError(RematError):
     """
 
 
-class InfeasibleBudgetError(RematError):
-    """No schedule remat found fits the budget; the message states the smallest that did."""
+class OptionError(RematError, ValueError):
+    """A value the caller gave that remat cannot use: an unknown option or solver, a negative
+    time limit, inputs with nothing to differentiate; the message says what would work."""
 
-    def __init__(self, message: str, smallest_feasible: int | None = None):
+
+class BudgetError(OptionError):
+    """A budget remat cannot read (``1.5``, ``"abc"``): the message says what to write."""
+
+
+class InfeasibleBudgetError(RematError):
+    """No schedule remat found fits the budget; the message states the smallest that did.
+
+    ``smallest_feasible``: that budget in bytes (None when unknown); ``plan``: the best
+    :class:`~remat.plans.Plan` the solver returned, with its status and message.
+    """
+
+    def __init__(self, message: str, smallest_feasible: int | None = None, plan: Any = None):
         super().__init__(message)
         self.smallest_feasible = smallest_feasible
+        self.plan = plan
+
+
+class RematFallbackWarning(UserWarning):
+    """remat could not plan a graph and used PyTorch's own partitioner instead."""

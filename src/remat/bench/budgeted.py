@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..api import compile as remat_compile
+from ..api import plan as remat_plan
 from ..plans.budget import reference_peak
-from ..solvers.auto import smallest_feasible
+from ..solvers.feasible import smallest_feasible
 from ..plans.simulator import SimResult, simulate
 from .measure import gradient_bytes, peak_memory
 
@@ -36,7 +38,7 @@ class BudgetedStep:
     low: int  # smallest feasible budget found cheaply (bytes)
     high: int  # no-recomputation peak (bytes)
     budget: int
-    plan: object  # remat.plans.Plan, with .schedule
+    plan: object  # the remat.plans.Plan of the step's graph
     sim: SimResult = field(repr=False)
     measured_total: int  # resident before the step + the step's measured peak
     measured: int  # the step's measured peak above its start
@@ -57,11 +59,9 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
     is in bytes, so remat plans within it less :data:`remat.plans.budget.TORCH_HEADROOM`: at
     ``where`` near 0 that can be infeasible (``InfeasibleBudgetError``). ``budget`` (bytes)
     replaces ``where``."""
-    import remat
-
     reference = copy.deepcopy(model)
     scalar_loss(reference(*inputs)).backward()
-    g = remat.plan(copy.deepcopy(model), *inputs).graph
+    g = remat_plan(copy.deepcopy(model), *inputs).graph
     low, _ = smallest_feasible(g)
     high = reference_peak(g)
     if budget is None:
@@ -69,9 +69,9 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
 
     plans = []
     test_model = copy.deepcopy(model)
-    compiled = remat.compile(test_model, compiler=compiler, budget=budget, solver=solver,
-                             time_limit=time_limit, strict=strict,
-                             on_plan=lambda g, p: plans.append(p))
+    compiled = remat_compile(test_model, compiler=compiler, budget=budget, solver=solver,
+                                  time_limit=time_limit, strict=strict,
+                                  on_plan=lambda g, p: plans.append(p))
 
     def step():
         for p in test_model.parameters():
@@ -82,7 +82,7 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
     grads = [(k, p.grad, q.grad) for (k, p), q in zip(test_model.named_parameters(),
                                                       reference.parameters())]
     (plan,) = plans
-    sim = simulate(plan.schedule)
+    sim = simulate(plan.schedule())
     held = list(test_model.parameters()) + [t for t in inputs if isinstance(t, torch.Tensor)]
     measured = peak_memory(step, device, held=held)
     predicted = sim.peak_bytes - sim.constant_bytes - gradient_bytes(plan.graph)

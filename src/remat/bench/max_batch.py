@@ -43,6 +43,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from ..cost.model import default_cost_model
 from ..graph.batch import base_batch_of, scale_batch
 from ..graph.graph import Graph
 
@@ -52,8 +53,6 @@ from ..graph.graph import Graph
 def cost_split(g: Graph, cost_model=None) -> tuple[float, float]:
     """``(cost with no recomputation, cost of the forward pass)``: the sum of every node's
     cost, and of the forward (non-primal) nodes' costs, under ``cost_model``."""
-    from ..cost.model import default_cost_model
-
     costs = (cost_model or default_cost_model()).op_costs(g)
     total = float(sum(costs))
     fwd = float(sum(c for n, c in zip(g.nodes, costs) if n.role == "forward"))
@@ -110,7 +109,7 @@ def probe_batch(g: Graph, solver_fn: Callable[..., Any], batch: int, budget_byte
                 tolerance: float = 1e-9) -> tuple[Probe, Any]:
     """Solve ``g`` scaled to ``batch`` within ``budget_bytes`` and judge the cost limit.
 
-    ``solver_fn(graph, budget) -> BudgetResult`` returns the cheapest schedule it finds within
+    ``solver_fn(graph, budget) -> Plan`` returns the cheapest schedule it finds within
     the budget, so when that one is over the cost limit the solver has nothing within both.
     A probe is *undecided* when the solver stopped on a time limit (status ``time_limit``, or
     ``no_solution`` with a message naming the time limit, as the MILP reports it) without a

@@ -36,6 +36,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from ..cost.model import CostModel, storage
+from ..plans.simulator import simulate
+
 Step = Callable[[], Any]
 
 
@@ -472,8 +475,7 @@ def predicted(prepared, profile=None, *, fallback=None,
               released_bytes: int | None = None) -> Prediction | None:
     """The simulator's prediction for a method's step, comparable to :func:`peak_memory`.
 
-    Each plan's saved set is lowered to a schedule (:func:`remat.plans.schedule.schedule_from_saved_set`)
-    and simulated with the cost model on ``profile`` (a measured
+    Each plan's schedule is simulated with the cost model on ``profile`` (a measured
     :class:`~remat.cost.model.DeviceProfile`; the built-in CPU profile if None). The peak is
     taken above the bytes resident before the step, as :func:`peak_memory` measures it: the
     simulator's constant bytes (inputs, params) are subtracted, and so are the bytes the
@@ -484,10 +486,6 @@ def predicted(prepared, profile=None, *, fallback=None,
     the time the sum; ``note`` says so. Methods without plans (eager autograd, checkpointing)
     get ``fallback``'s prediction (pass the no-recompute method's ``Prepared`` for eager) or None.
     """
-    from ..cost.model import CostModel
-    from ..plans.schedule import schedule_from_saved_set
-    from ..plans.simulator import simulate
-
     plans = list(getattr(prepared, "plans", None) or [])
     if not plans:
         if fallback is None:
@@ -500,9 +498,7 @@ def predicted(prepared, profile=None, *, fallback=None,
         g = plan.graph if plan.graph is not None else (graphs[k] if k < len(graphs) else None)
         if g is None:
             raise ValueError(f"plan {k} of {getattr(prepared, 'method', '?')!r} has no graph to simulate")
-        schedule = plan.schedule if getattr(plan, "schedule", None) is not None else \
-            schedule_from_saved_set(g, plan.saved_names)  # budgeted plans carry their schedule
-        sim = simulate(schedule, cm)
+        sim = simulate(plan.schedule(g), cm)
         grads = gradient_bytes(g) if released_bytes is None else released_bytes
         base = sim.constant_bytes + grads
         rel = sim.peak_bytes - base
@@ -522,8 +518,6 @@ def predicted(prepared, profile=None, *, fallback=None,
 
 def gradient_bytes(g) -> int:
     """Bytes of the gradients a joint graph's backward returns (outputs of backward nodes)."""
-    from ..cost.model import storage
-
     owner, sizes = storage(g)
     own = {owner[i] for i, n in enumerate(g.nodes) if n.role == "backward" and n.is_output}
     return int(sum(sizes[i] for i in own))

@@ -1,22 +1,14 @@
 """The methods a benchmark compares, each turned into a training step on a zoo case.
 
-================================  ==================================================================
-method                            what runs
-================================  ==================================================================
-``eager``                         plain autograd
-``compile``                       torch.compile with PyTorch's own partitioner (min cut), run
-                                  as ``remat.compile(solver="torch-mincut")`` so the plan is captured
-``no-recompute``                  ``remat.compile(solver="no-recompute")``: saves what autograd would
-``checkpoint``                    every block of ``case.blocks`` wrapped in
-                                  ``torch.utils.checkpoint.checkpoint(use_reentrant=False)``, then
-                                  compiled like ``compile`` (no plans are captured)
-``remat-conservative``            ``remat.compile(solver="mincut", mode="conservative")``
-``remat-aggressive``              ``remat.compile(solver="mincut", mode="aggressive")``
-``remat:<solver>[:<mode>][:k=v]`` any solver by name, e.g. ``remat:mincut:aggressive``,
-                                  ``remat:checkmate:budget=0.6`` (options: ``k=v,k2=v2``;
-                                  keywords of ``remat.compile`` such as ``budget`` and
-                                  ``time_limit`` go to it, the others to the solver)
-================================  ==================================================================
+A method is ``eager`` (plain autograd), ``torch-checkpoint`` (every block of ``case.blocks``
+wrapped in ``torch.utils.checkpoint.checkpoint(use_reentrant=False)``, then compiled with
+PyTorch's partitioner; no plans are captured), or the name of a solver, as everywhere in
+remat (``remat.solvers.names()``), run through ``remat.compile``: ``torch-mincut``
+(torch.compile's own partitioner), ``no-recompute`` (``default_partition``: saves what
+autograd would), ``mincut-conservative``, ``mincut-aggressive``, ``auto``, ``checkmate``, ...
+Options follow a colon: ``auto:budget=0.6``, ``checkmate:budget=0.5,time_limit=20,threads=1``;
+``budget`` and ``time_limit`` go to ``remat.compile``, the others are the solver's own
+options, checked against it.
 
 Every method works on its own deep copy of the case's model and inputs, so methods share no
 state (BatchNorm statistics, gradients). ``compiler="eager"`` makes every compiled method
@@ -24,7 +16,7 @@ codegen-free (AOTAutograd with inductor's decompositions and partitioner hook, n
 fast to compile, for tests. ``compiler="inductor"`` compiles real kernels.
 
 >>> from remat import zoo
->>> p = prepare("remat-aggressive", zoo.build("cos-cos"), compiler="eager")
+>>> p = prepare("mincut-aggressive", zoo.build("cos-cos"), compiler="eager")
 >>> loss = p.step()
 >>> [s.name for s in p.plans[0].saved_activations]
 ['add_2']
@@ -34,8 +26,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import functools
-import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -44,31 +34,30 @@ import torch
 from torch import nn
 
 from .. import zoo
+from ..api import compile as remat_compile
+from ..lower.options import Options
+from ..solvers import names as solver_names
 
-METHODS = ["eager", "compile", "no-recompute", "checkpoint", "remat-conservative", "remat-aggressive"]
+METHODS = ["eager", "torch-mincut", "no-recompute", "torch-checkpoint", "mincut-conservative",
+           "mincut-aggressive"]
+"""What ``--methods all`` runs: the baselines of DESIGN.md's tables and remat's two min cuts."""
 
-_FIXED = {  # method -> (solver, mode)
-    "compile": ("torch-mincut", "conservative"),
-    "no-recompute": ("no-recompute", "conservative"),
-    "remat-conservative": ("mincut", "conservative"),
-    "remat-aggressive": ("mincut", "aggressive"),
-}
-_MODES = ("conservative", "aggressive")
+CHECKPOINT = "torch-checkpoint"
+_COMPILE_KEYS = ("budget", "time_limit")
 
 
 @dataclass
 class Prepared:
     method: str
     step: Callable[[], torch.Tensor]  # zero grads (None), forward, loss, backward; returns the loss, detached
-    plans: list  # remat Plans captured, one per compiled graph (empty for eager and checkpoint)
+    plans: list  # remat Plans captured, one per compiled graph (empty for eager and torch-checkpoint)
     graphs: list  # the remat Graphs of those plans, same order
     compile_seconds: float | None  # wall time of the first step() of a compiled method (compile + one step)
     planner_seconds: float | None  # sum of plan.solve_seconds (None without plans)
-    model: nn.Module | None = None  # this method's copy of the model (checkpoint: wrapped)
+    model: nn.Module | None = None  # this method's copy of the model (torch-checkpoint: wrapped)
     inputs: tuple = ()  # this method's copy of the inputs
     solver: str | None = None
-    mode: str | None = None
-    solver_options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
 
     def params_and_inputs(self) -> list[torch.Tensor]:
         """This method's tensors that receive gradients, in the order of
@@ -81,43 +70,42 @@ class Prepared:
 class MethodSpec:
     kind: str  # "eager", "checkpoint" or "remat"
     solver: str | None = None
-    mode: str = "conservative"
-    options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # remat.compile's (budget, time_limit)
+    solver_options: dict = field(default_factory=dict)
+
+    def compile_options(self, **extra: Any) -> dict:
+        """Keyword arguments of ``remat.compile`` for this method."""
+        return dict(solver=self.solver, solver_options=dict(self.solver_options), **self.options, **extra)
 
 
 def parse_method(method: str) -> MethodSpec:
-    """``"remat-aggressive"`` -> ``MethodSpec("remat", "mincut", "aggressive")``;
-    ``"remat:checkmate:budget=0.6"`` -> ``MethodSpec("remat", "checkmate", "conservative",
-    {"budget": 0.6})``. Raises ValueError for unknown methods, solvers, modes or options."""
+    """``"mincut-aggressive"`` -> ``MethodSpec("remat", "mincut-aggressive")``;
+    ``"checkmate:budget=0.6,threads=1"`` -> ``MethodSpec("remat", "checkmate", {"budget": 0.6},
+    {"threads": 1})``. Raises ValueError for unknown methods, solvers or options, with the
+    valid names."""
     if not isinstance(method, str):
         raise ValueError(f"a method is a string; got {method!r}")
-    if method in ("eager", "checkpoint"):
-        return MethodSpec(method)
-    if method in _FIXED:
-        solver, mode = _FIXED[method]
-        return MethodSpec("remat", solver, mode)
-    if not method.startswith("remat:"):
-        raise ValueError(f"unknown method {method!r}; use one of {METHODS} or "
-                         "'remat:<solver>[:<mode>][:key=value,...]'")
-    parts = method.split(":")[1:]
-    if not parts or not parts[0]:
-        raise ValueError(f"method {method!r} names no solver: 'remat:<solver>[:<mode>][:key=value,...]'")
-    solver, mode, options = parts[0], None, {}
-    for part in parts[1:]:
-        if "=" in part:
-            for item in filter(None, part.split(",")):
-                key, sep, value = item.partition("=")
-                if not sep or not key.strip():
-                    raise ValueError(f"bad solver option {item!r} in {method!r}; write key=value")
-                options[key.strip()] = _parse_value(value.strip())
-        elif part in _MODES:
-            if mode is not None:
-                raise ValueError(f"method {method!r} gives two modes")
-            mode = part
-        else:
-            raise ValueError(f"unknown mode {part!r} in {method!r}; use one of {_MODES} or key=value options")
-    _check_solver(solver, options, method)
-    return MethodSpec("remat", solver, mode or "conservative", options)
+    if method == "eager":
+        return MethodSpec("eager")
+    if method == CHECKPOINT:
+        return MethodSpec("checkpoint", "torch-mincut")
+    solver, sep, rest = method.partition(":")
+    if solver not in solver_names():
+        raise ValueError(f"unknown method {method!r}; methods: eager, {CHECKPOINT}, or a solver "
+                         f"({', '.join(solver_names())}) with options as solver:key=value,...")
+    options, solver_options = {}, {}
+    for item in filter(None, rest.split(",")) if sep else ():
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"bad option {item!r} in method {method!r}; write solver:key=value,...")
+        key = key.strip()
+        (options if key in _COMPILE_KEYS else solver_options)[key] = _parse_value(value.strip())
+    spec = MethodSpec("remat", solver, options, solver_options)
+    try:  # the same checks as remat.compile
+        Options.create(**spec.compile_options())
+    except ValueError as e:
+        raise ValueError(f"method {method!r}: {e}") from None
+    return spec
 
 
 def _parse_value(text: str) -> Any:
@@ -129,66 +117,6 @@ def _parse_value(text: str) -> Any:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
-
-
-_COMPILE_STANDARD = {"model_or_fn", "solver", "mode", "strict", "compiler", "options", "on_plan"}
-_NOT_OPTIONS = {"g", "graph", "mode", "budget", "limit", "budget_bytes"}
-
-
-def _compile_keys() -> set[str]:
-    """Keyword arguments of ``remat.compile`` beyond the standard ones (``budget``,
-    ``time_limit``, ...): method options with these names go to ``remat.compile`` itself."""
-    from ..api import compile as remat_compile
-
-    return {n for n, p in inspect.signature(remat_compile).parameters.items()
-            if n not in _COMPILE_STANDARD and p.kind is not inspect.Parameter.VAR_KEYWORD}
-
-
-def _solver_fn(solver: str):
-    from ..solvers import SOLVERS
-
-    if solver in SOLVERS:
-        return SOLVERS[solver]
-    try:
-        from ..solvers.auto import budget_solvers
-    except ImportError:
-        return None
-    return budget_solvers().get(solver)
-
-
-def split_options(spec: MethodSpec) -> tuple[dict, dict]:
-    """(keyword arguments of ``remat.compile``, solver options) of a method's options."""
-    keys = _compile_keys()
-    return ({k: v for k, v in spec.options.items() if k in keys},
-            {k: v for k, v in spec.options.items() if k not in keys})
-
-
-def _check_solver(solver: str, options: dict, method: str) -> None:
-    from ..lower.partitioner import TORCH_PARTITIONERS, RematPartitioner
-
-    spec = MethodSpec("remat", solver, "conservative", options)
-    compile_kw, solver_opts = split_options(spec)
-    try:  # remat's own validation of the solver name (and budget), as remat.compile does it
-        RematPartitioner(solver, "conservative", solver_options=solver_opts, **compile_kw)
-    except ValueError as e:
-        raise ValueError(f"{method!r}: {e}") from None
-    if not solver_opts:
-        return
-    if solver in TORCH_PARTITIONERS:
-        raise ValueError(f"solver {solver!r} (PyTorch's partitioner) takes no options; got {sorted(solver_opts)}")
-    fn = _solver_fn(solver)
-    if fn is None:
-        return
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = sorted({n for n, p in params.items()
-                       if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in _NOT_OPTIONS}
-                      | _compile_keys())
-    unknown = sorted(set(solver_opts) - set(accepted))
-    if unknown:
-        raise ValueError(f"solver {solver!r} has no option {', '.join(map(repr, unknown))}; "
-                         f"its options: {accepted or 'none'} (and the mode)")
 
 
 def prepare(method: str, case: zoo.Case, *, compiler: str = "inductor", strict: bool = False) -> Prepared:
@@ -206,7 +134,7 @@ def prepare(method: str, case: zoo.Case, *, compiler: str = "inductor", strict: 
         fn: Callable = model
     elif spec.kind == "checkpoint":
         model = checkpoint_blocks(model, case.blocks)
-        fn = _remat_compile(model, MethodSpec("remat", "torch-mincut"), compiler, strict, on_plan=None)
+        fn = _remat_compile(model, spec, compiler, strict, on_plan=None)
     else:
         def on_plan(graph, plan):
             graphs.append(graph)
@@ -216,8 +144,7 @@ def prepare(method: str, case: zoo.Case, *, compiler: str = "inductor", strict: 
 
     prepared = Prepared(method=method, step=None, plans=plans, graphs=graphs,  # type: ignore[arg-type]
                         compile_seconds=None, planner_seconds=None, model=model, inputs=inputs,
-                        solver=spec.solver, mode=spec.mode if spec.kind == "remat" else None,
-                        solver_options=dict(spec.options))
+                        solver=spec.solver, options={**spec.options, **spec.solver_options})
     grads = prepared.params_and_inputs()
     loss_fn = case.loss
     compiled = spec.kind != "eager"
@@ -251,22 +178,8 @@ def _copy_input(x):
 def _remat_compile(model, spec: MethodSpec, compiler, strict, on_plan):
     """``remat.compile`` for a method. Static shapes (``dynamic=False``): a case is planned at
     its own sizes, and a later batch size is a new graph with its own plan, not a symbolic one."""
-    import remat
-    from ..lower.backend import remat_backend
-
-    compile_kw, solver_opts = split_options(spec)
-    kwargs = dict(solver=spec.solver, mode=spec.mode, strict=strict, compiler=compiler, on_plan=on_plan,
-                  **compile_kw)
-    if not solver_opts:
-        return remat.compile(model, dynamic=False, **kwargs)
-    if "solver_options" in inspect.signature(remat.compile).parameters:
-        return remat.compile(model, dynamic=False, solver_options=solver_opts, **kwargs)
-    # remat.compile takes no solver options: the backend it wraps does
-    from ..lower.partitioner import RematPartitioner
-
-    RematPartitioner(spec.solver, spec.mode, strict, solver_options=solver_opts, **compile_kw)  # validate now
-    backend = functools.partial(remat_backend, solver_options=solver_opts, **kwargs)
-    return torch.compile(model, backend=backend, dynamic=False)
+    return remat_compile(model, dynamic=False, **spec.compile_options(compiler=compiler, strict=strict,
+                                                                       on_plan=on_plan))
 
 
 # -- full checkpointing --------------------------------------------------------------------------
@@ -300,4 +213,5 @@ def checkpoint_blocks(model: nn.Module, blocks: list[str]) -> nn.Module:
     return model
 
 
-__all__ = ["METHODS", "Prepared", "MethodSpec", "prepare", "parse_method", "checkpoint_blocks", "Checkpointed"]
+__all__ = ["METHODS", "CHECKPOINT", "Prepared", "MethodSpec", "prepare", "parse_method", "checkpoint_blocks",
+           "Checkpointed"]

@@ -190,3 +190,19 @@ def plot_all(records: Sequence[dict], out_dir: str | Path) -> list[Path]:
             if p:
                 written.append(p)
     return written
+
+
+def sweep_plot(graph_name: str, rows: Sequence[dict], path: str | Path) -> Path:
+    """Overhead against the budget, one line per solver (rows of :func:`remat.bench.sweep.sweep`)."""
+    fig, ax = _plt().subplots(figsize=(6.4, 4.2))
+    for s in dict.fromkeys(r["solver"] for r in rows):
+        pts = [(r["budget"] / 2**30, r["overhead"]) for r in rows if r["solver"] == s and r["feasible"]]
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, marker="o", label=s, linewidth=1.5 if s.startswith("checkmate") else 1)
+    ax.set_xlabel("memory budget (GiB)")
+    ax.set_ylabel("overhead (x cost without recomputation)")
+    ax.set_title(f"{graph_name}: overhead vs budget")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

@@ -6,7 +6,7 @@ fields. The Markdown table puts every method of a model beside the no-recompute 
 
 >>> rows = [{"model": "m", "size": "tiny", "method": "no-recompute", "status": "ok",
 ...          "saved_activation_bytes": 2 << 20, "peak_bytes": 4 << 20, "step_ms": 2.0},
-...         {"model": "m", "size": "tiny", "method": "remat-conservative", "status": "ok",
+...         {"model": "m", "size": "tiny", "method": "mincut-conservative", "status": "ok",
 ...          "saved_activation_bytes": 1 << 20, "peak_bytes": 3 << 20, "step_ms": 2.0}]
 >>> print(markdown_table(rows).splitlines()[3].split("|")[10].strip())  # saved vs no-recompute
 0.50

@@ -16,7 +16,7 @@ model, so an interrupted run keeps what it measured; with ``resume`` a second ru
 records already ``ok``.
 
 >>> from remat.bench.runner import run
->>> recs = run(["cos-cos"], "tiny", ["eager", "remat-conservative"], compiler="eager",
+>>> recs = run(["cos-cos"], "tiny", ["eager", "mincut-conservative"], compiler="eager",
 ...            repeats=2, progress=False)                                  # doctest: +SKIP
 """
 
@@ -36,9 +36,16 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
+import torch._functorch.config as functorch_config
+import torch._inductor.config as inductor_config
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .. import zoo
+from ..cost.calibrate import profile_for
 from . import measure as M
 from . import report
+from .fidelity import markdown as fidelity_md
+from .methods import CHECKPOINT, METHODS, prepare
 
 DEFAULT_REPEATS = {"tiny": 5, "small": 10, "full": 5}
 DEFAULT_WARMUP = {"tiny": 1, "small": 2, "full": 1}
@@ -59,14 +66,10 @@ def _as_list(x, everything: Sequence[str]) -> list[str]:
 
 
 def _all_methods() -> list[str]:
-    from .methods import METHODS
-
     return list(METHODS)
 
 
 def _all_models() -> list[str]:
-    from .. import zoo
-
     return list(zoo.names())
 
 
@@ -93,8 +96,6 @@ class _Progress:
     def __init__(self, total: int, enabled: bool) -> None:
         self.bar = None
         if enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), transient=False)
             self.task = self.bar.add_task("bench", total=total)
@@ -135,9 +136,6 @@ def _measure_method(model: str, size: str, method: str, device: str, compiler: s
                     batch: int | None) -> tuple[dict, object, object, dict]:
     """Build, prepare, run once and measure one method. Returns (record fields, prepared,
     case, side data)."""
-    from .. import zoo
-    from .methods import prepare
-
     case = zoo.build(model, size, batch=batch, device=device, seed=0)
     t0 = time.perf_counter()
     prep = prepare(method, case, compiler=compiler)
@@ -184,7 +182,7 @@ def run(models: Iterable[str] | str = "all", sizes: Iterable[str] | str = "tiny"
     results.json after each model, and results.csv, results.md and fidelity.md at the end.
     ``repeats``/``warmup``: timed and warm-up rounds of the alternating loop (defaults by
     size: :data:`DEFAULT_REPEATS`, :data:`DEFAULT_WARMUP`). Methods are names of
-    :data:`remat.bench.methods.METHODS` or ``"remat:<solver>[:<mode>]..."`` strings.
+    :data:`remat.bench.methods.METHODS` or ``"<solver>[:key=value,...]"`` strings.
 
     The compiled-graph caches (inductor's FX graph cache, AOTAutograd's cache) are always
     off, so every compile runs the partitioner and captures its plan. ``kernel_cache``
@@ -216,8 +214,6 @@ def run(models: Iterable[str] | str = "all", sizes: Iterable[str] | str = "tiny"
 
 def _run(models, sizes, methods, device, out, repeats, warmup, compiler, resume, progress, batch,
          fidelity, kernel_cache, records, done) -> list[dict]:
-    from ..cost.calibrate import profile_for
-
     profile = profile_for(device)
     meta = {
         "command": " ".join(sys.argv) if sys.argv else "",
@@ -258,8 +254,6 @@ def _run(models, sizes, methods, device, out, repeats, warmup, compiler, resume,
     if out is not None:
         report.write_all(records, out, meta)
         if fidelity:
-            from .fidelity import markdown as fidelity_md
-
             (out / "fidelity.md").write_text(fidelity_md(records))
     return records
 
@@ -268,8 +262,6 @@ def _run(models, sizes, methods, device, out, repeats, warmup, compiler, resume,
 def _graph_caches_off(kernel_cache: bool):
     """Turn off the caches that would skip the partitioner (and so the plan); keep the
     kernel binaries' cache if ``kernel_cache``."""
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
 
     if not kernel_cache:
         with inductor_config.patch(force_disable_caches=True):
@@ -308,7 +300,7 @@ def _run_model(model: str, size: str, methods: list[str], device: str, compiler:
         rec = recs[method]
         try:
             fallback = prepared.get("no-recompute") if method == "eager" else None
-            pred = None if method == "checkpoint" else M.predicted(
+            pred = None if method == CHECKPOINT else M.predicted(
                 prep, profile, fallback=fallback, released_bytes=side[method]["released"])
         except Exception as e:  # noqa: BLE001
             pred = None

@@ -163,6 +163,17 @@ def _memory_meta(node: fx.Node, val, aliases: dict[str, str]) -> dict:
     return meta
 
 
+def _module_path(node: fx.Node) -> str | None:
+    """The submodule whose forward computes ``node`` (``layers.1.mlp``), from fx's
+    ``nn_module_stack`` (innermost entry; the backward's nodes carry their forward's)."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    path = str(list(stack.values())[-1][0])
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"L\['(\w+)'\]", r"\1", path) or None
+
+
 def _flops(node: fx.Node, out_bytes_numel: int) -> float:
     from torch.utils.flop_counter import flop_registry
 
@@ -214,6 +225,9 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
         must_save = role == "forward" and must_save_tag(node)
         numel = nbytes // val.element_size() if isinstance(val, torch.Tensor) else 0
         meta = _memory_meta(node, val, aliases)
+        module = _module_path(node)
+        if module:
+            meta["module"] = module
         nodes.append(Node(
             name=node.name,
             op=str(getattr(node.target, "__name__", node.target)) if node.op != "placeholder" else "placeholder",

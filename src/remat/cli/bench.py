@@ -1,20 +1,20 @@
-"""``remat bench``: the zoo's models x methods, measured side by side."""
+"""``remat bench``: the zoo's models x methods, measured side by side (:mod:`remat.bench.runner`)."""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
 
+from ..bench import report
+from ..bench.fidelity import fidelity
+from ..bench.plots import plot_all
+from ..bench.runner import run as run_bench
 
-def cmd_bench(args) -> int:
-    """``remat bench``: the zoo's models x methods, measured side by side (remat.bench.runner)."""
-    import time
 
-    from ..bench import report
-    from ..bench.runner import run
-
+def run(args) -> int:
     if args.compiler == "auto":
         # tiny checks the harness: eager runs the same partitioned graphs without kernel
         # codegen (all of the zoo in ~4 min here, against ~23 min with inductor)
@@ -24,27 +24,23 @@ def cmd_bench(args) -> int:
     if args.out is None:
         args.out = Path("out") / f"bench-{args.size}-{args.device}-{args.compiler}"
     t0 = time.perf_counter()
-    records = run(args.models, args.size, args.methods, device=args.device, out_dir=args.out,
-                  repeats=args.repeats, compiler=args.compiler, resume=not args.no_resume,
-                  progress=not args.no_progress, batch=args.batch, kernel_cache=not args.no_kernel_cache,
-                  threads=args.threads)
+    records = run_bench(args.models, args.size, args.methods, device=args.device, out_dir=args.out,
+                        repeats=args.repeats, compiler=args.compiler, resume=not args.no_resume,
+                        progress=not args.no_progress, batch=args.batch,
+                        kernel_cache=not args.no_kernel_cache, threads=args.threads)
     elapsed = time.perf_counter() - t0
     if args.plot:
-        from ..bench.plots import plot_all
-
         plot_all(records, args.out)
     wanted = set(args.size.split(","))
     shown = [r for r in records if r.get("size") in wanted and r.get("device") == args.device]
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(report.rich_table(shown, title=f"remat bench ({args.size}, {args.device}, "
                                                  f"compiler {args.compiler}): {args.out}"))
-    from ..bench.fidelity import fidelity
-
     f = fidelity(shown)
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
     Console(stderr=True).print(f"fidelity: Spearman peak {fmt(f['peak']['spearman'])}, step time "
-                     f"{fmt(f['step']['spearman'])}; {len(f['findings'])} predictions off by more "
-                     f"than {f['tolerance'] * 100:.0f}% (see {args.out / 'fidelity.md'}); "
-                     f"took {elapsed:.0f} s")
+                               f"{fmt(f['step']['spearman'])}; {len(f['findings'])} predictions off by "
+                               f"more than {f['tolerance'] * 100:.0f}% (see {args.out / 'fidelity.md'}); "
+                               f"took {elapsed:.0f} s")
     failed = [r for r in shown if r.get("status") != "ok"]
     return 1 if failed and len(failed) == len(shown) else 0

@@ -9,7 +9,7 @@ from ..api import plan
 from ..graph.io import save_graph
 
 
-def cmd_capture(args) -> int:
+def run(args) -> int:
     if args.model not in zoo.names():
         raise SystemExit(f"remat capture: unknown model {args.model!r}; choose one of {', '.join(zoo.names())}")
     case = zoo.build(args.model, args.size)

@@ -14,11 +14,17 @@ from dataclasses import asdict, dataclass
 
 import torch
 from rich.console import Console
+from rich.table import Table
 
+from ..api import compile as remat_compile
 from ..bench.measure import saved_activation_bytes, step_time
+from ..plans.budget import format_bytes
 from ..zoo.patterns import SEED_EXAMPLES
 
-METHODS = ("eager", "torch.compile", "no-recompute", "remat")
+METHODS = ("eager", "torch-mincut", "no-recompute", "mincut-conservative")
+"""Plain autograd, then ``remat.compile`` with each solver: PyTorch's partitioner, PyTorch's
+``default_partition`` (no recomputation) and remat's default (the conservative min cut)."""
+REMAT = METHODS[-1]
 
 
 @dataclass
@@ -33,16 +39,9 @@ class DemoRow:
 
 
 def _compiled(fn, method: str, compiler: str, plans: list):
-    from ..api import compile as remat_compile
-
     if method == "eager":
         return fn
-    if method == "torch.compile":
-        if compiler == "eager":  # same partitioner as torch.compile, no kernel codegen
-            return remat_compile(fn, solver="torch-mincut", compiler="eager")
-        return torch.compile(fn)
-    solver = {"no-recompute": "no-recompute", "remat": "mincut"}[method]
-    return remat_compile(fn, solver=solver, compiler=compiler, strict=True,
+    return remat_compile(fn, solver=method, compiler=compiler, strict=True,
                          on_plan=lambda g, p: plans.append(p))
 
 
@@ -84,11 +83,7 @@ def rows_as_dicts(rows: list[DemoRow]) -> list[dict]:
     return [asdict(r) for r in rows]
 
 
-def cmd_demo(args) -> int:
-    from rich.table import Table
-
-    from ..plans.plan import _fmt_bytes
-
+def run(args) -> int:
     console = Console(stderr=True)
     examples = args.examples or list(SEED_EXAMPLES)
     for e in examples:
@@ -106,8 +101,8 @@ def cmd_demo(args) -> int:
         table.add_column(col, justify="left" if col in ("example", "method", "remat saves") else "right")
     for r in rows:
         table.add_row(r.example if r.method == METHODS[0] else "", r.method, str(r.saved_tensors),
-                      _fmt_bytes(r.saved_bytes), f"{r.step_ms:.2f}", f"{r.vs_eager:.2f}x",
-                      ", ".join(r.saved_names) if r.method == "remat" and r.saved_names is not None else "",
+                      format_bytes(r.saved_bytes), f"{r.step_ms:.2f}", f"{r.vs_eager:.2f}x",
+                      ", ".join(r.saved_names) if r.method == REMAT and r.saved_names is not None else "",
                       end_section=r.method == METHODS[-1])
     Console(width=None if sys.stdout.isatty() else 130).print(table)
     return 0

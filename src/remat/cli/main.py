@@ -1,18 +1,23 @@
-"""The ``remat`` command line: ``remat demo``, ``remat plan GRAPH.json [--budget B]``,
-``remat sweep GRAPH.json``, ``remat capture``, ``remat bench``."""
+"""The ``remat`` command line: ``remat plan``, ``remat sweep``, ``remat capture``,
+``remat demo``, ``remat bench``.
+
+Each command lives in its own module, imported only when it runs (``remat plan`` on a saved
+graph never loads torch). A mistake in the arguments (an unknown solver, a budget remat
+cannot read, a negative time limit) prints one line and exits with status 2; a budget no plan
+meets exits with status 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
-from ..errors import RematError
-from .bench import cmd_bench
-from .capture import cmd_capture
-from .demo import cmd_demo
-from .plan import cmd_plan
-from .sweep import add_parsers
+from ..errors import InfeasibleBudgetError, RematError
+from ..solvers import DEFAULT_TIME_LIMIT, names
+
+SIZES = ("tiny", "small", "full")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,34 +26,51 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a saved graph (remat JSON or a Checkmate graph)")
     p.add_argument("graph", help="graph file: remat.graph JSON or Checkmate node-link JSON")
-    p.add_argument("--solver", default=None,
-                   help="mincut (default), or with --budget: checkmate, checkmate-lp, checkpoint-all, "
-                        "chen-sqrtn, chen-greedy, griewank (and their -ap/-linearized variants)")
-    p.add_argument("--mode", default="conservative", choices=["conservative", "aggressive"])
-    p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
-    p.set_defaults(func=cmd_plan)
-    add_parsers(sub, p)
+    p.add_argument("--solver", default="auto", help=f"one of: {', '.join(names(graphs=True))} (default auto)")
+    p.add_argument("--budget", default=None,
+                   help="peak-memory budget: bytes with a unit ('6GiB', '512MB', 1e9) or a fraction of "
+                        "the peak without recomputation (0.6); remat plans within 99%% of a byte budget, "
+                        "as remat.compile does")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
+                   help=f"seconds the solver may search (default {DEFAULT_TIME_LIMIT:g})")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (remat.Plan.from_dict reads it)")
+    p.set_defaults(module="plan")
+
+    s = sub.add_parser("sweep", help="overhead vs memory budget for budgeted solvers (seeds/001 Fig. 5)")
+    s.add_argument("graph", help="graph file: remat.graph JSON or Checkmate node-link JSON")
+    s.add_argument("--budgets", default=None,
+                   help="comma-separated budgets (bytes with units or fractions); default: --points "
+                        "budgets from the smallest feasible found to the no-recomputation peak")
+    s.add_argument("--points", type=int, default=8)
+    s.add_argument("--solvers", default=None, help="comma-separated solver names (default: checkmate, "
+                   "checkmate-lp, checkpoint-all, chen-sqrtn, chen-greedy, griewank)")
+    s.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
+                   help=f"seconds each solve may search (default {DEFAULT_TIME_LIMIT:g})")
+    s.add_argument("--plot", default=None, help="write the overhead-vs-budget plot to this PNG")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(module="sweep")
 
     c = sub.add_parser("capture", help="write the joint graph of a zoo model's training step to JSON")
     c.add_argument("--model", default="mlp", help="a zoo entry (remat.zoo.names()): cos-cos, mlp, gpt2, ...")
-    c.add_argument("--size", default="tiny", choices=["tiny", "small", "full"])
+    c.add_argument("--size", default="tiny", choices=SIZES)
     c.add_argument("--out", default="graph.json", type=Path)
-    c.set_defaults(func=cmd_capture)
+    c.set_defaults(module="capture")
 
-    d = sub.add_parser("demo", help="the seeds' examples: eager vs torch.compile vs no-recompute vs remat")
+    d = sub.add_parser("demo", help="the seeds' examples: eager vs PyTorch's partitioner vs no-recompute vs remat")
     d.add_argument("examples", nargs="*", help="subset of: cos-cos dropout-mask tanh-tanh gelu-erf")
     d.add_argument("--numel", type=int, default=1 << 20, help="elements per input tensor")
     d.add_argument("--repeats", type=int, default=20, help="timed steps per method")
     d.add_argument("--compiler", default="inductor", choices=["inductor", "eager"],
                    help="'eager' skips kernel codegen (fast; times are then not meaningful)")
     d.add_argument("--json", action="store_true")
-    d.set_defaults(func=cmd_demo)
+    d.set_defaults(module="demo")
 
     b = sub.add_parser("bench", help="benchmark the model zoo: every method side by side, measured and predicted")
     b.add_argument("--models", default="all", help="'all' or comma-separated zoo names (e.g. cos-cos,gpt2)")
     b.add_argument("--size", default="tiny", help="tiny, small or full (comma-separated for several)")
-    b.add_argument("--methods", default="all", help="'all' or comma-separated methods (eager,compile,"
-                   "no-recompute,checkpoint,remat-conservative,remat-aggressive,remat:<solver>...)")
+    b.add_argument("--methods", default="all", help="'all' or comma-separated methods: eager, "
+                   "torch-checkpoint, or any solver name with options as solver:key=value,... "
+                   "(e.g. mincut-aggressive, auto:budget=0.6, checkmate:budget=0.5,time_limit=20)")
     b.add_argument("--device", default="cpu", help="cpu or cuda")
     b.add_argument("--out", type=Path, default=None,
                    help="output folder (default out/bench-SIZE-DEVICE-COMPILER)")
@@ -64,18 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     b.add_argument("--no-kernel-cache", action="store_true",
                    help="turn off inductor's kernel cache too (cold compile times; much slower)")
-    b.set_defaults(func=cmd_bench)
+    b.set_defaults(module="bench")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        return importlib.import_module(f"{__package__}.{args.module}").run(args)
+    except InfeasibleBudgetError as e:
+        print(f"remat: infeasible budget: {e}", file=sys.stderr)
+        return 1
     except RematError as e:
         print(f"remat: error: {e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

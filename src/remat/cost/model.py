@@ -146,3 +146,9 @@ def effective_bytes(g: Graph) -> list[int]:
 
 def default_cost_model() -> CostModel:
     return CostModel()
+
+
+def constant_bytes(g: Graph) -> int:
+    """Bytes of the inputs and parameters, counted as the simulator does (per storage)."""
+    owner, sizes = storage(g)
+    return int(sum(sizes[i] for i, n in enumerate(g.nodes) if n.is_primal and owner[i] == i))

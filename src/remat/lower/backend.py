@@ -1,12 +1,115 @@
-"""The ``"remat"`` dynamo backend: inductor (or no codegen) with remat's partitioner."""
+"""The ``"remat"`` dynamo backend: inductor (or no codegen) with remat's partitioner.
+
+:class:`RematBackend` is what ``remat.compile`` hands to ``torch.compile``;
+:func:`remat_backend` is the same backend registered by name, reading remat's options from
+``torch.compile(model, backend="remat", options={...})``. Errors remat raises on purpose
+(an infeasible budget, ``strict=True``) reach the caller as themselves: dynamo would wrap
+them in ``BackendCompilerFailed``, so they are raised as an instance of their own class that
+dynamo lets through (:func:`surfaced`).
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+import re
+from typing import Any
 
 import torch
+import torch._inductor.config as inductor_config
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.backends.registry import _BACKENDS
+from torch._dynamo.backends.registry import register_backend as reg
+from torch._dynamo.exc import ShortenTraceback
+from torch._guards import detect_fake_mode
+from torch._inductor.compile_fx import compile_fx, partition_fn
+from torch._inductor.decomposition import select_decomp_table
+from torch._inductor.virtualized import V
 
+from ..errors import OptionError, RematError
+from .options import NAMES, Options
 from .partitioner import RematPartitioner
+
+
+class RematBackend:
+    """A dynamo backend that plans every graph with remat. ``inductor_options``: inductor
+    config patches (``torch.compile``'s ``options``); ``mode``: ``torch.compile``'s mode;
+    ``label``: what the graphs are named after (the model's class)."""
+
+    __name__ = "remat"
+
+    def __init__(self, options: Options | None = None, inductor_options: dict | None = None,
+                 mode: str | None = None, label: str = "graph") -> None:
+        self.options = options or Options.create()
+        self.label = label
+        self.inductor_options = dict(inductor_options or {})
+        self.mode = mode
+        inductor_patches(mode, self.inductor_options)  # a clear error now, not at the first call
+
+    def __repr__(self) -> str:
+        o = self.options
+        budget = f", budget={o.budget.text!r}" if o.budget is not None else ""
+        return f"remat(solver={o.solver!r}{budget}, compiler={o.compiler!r})"
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
+                 options: dict | None = None):
+        part = RematPartitioner(self.options, param_indices=_param_indices(gm),
+                                graph_name=_graph_name(gm, self.label))
+        patches = inductor_patches(mode or self.mode, {**self.inductor_options, **(options or {})})
+        try:
+            if self.options.compiler == "eager":
+                return _eager_compile(gm, example_inputs, part)
+            return compile_fx(gm, example_inputs, config_patches={**patches, "custom_partitioner_fn": part})
+        except RematError as e:
+            raise surfaced(e) from e.__cause__
+
+
+def remat_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
+                  options: dict | None = None):
+    """``torch.compile(model, backend="remat", options={"solver": ..., "budget": ...})``: remat's
+    options (:data:`remat.lower.options.NAMES`) and inductor's config in one dict."""
+    opts = dict(options or {})
+    mine = {k: opts.pop(k) for k in list(opts) if k in NAMES}
+    try:
+        backend = RematBackend(Options.create(**mine), opts, mode)
+    except RematError as e:
+        raise surfaced(e) from None
+    return backend(gm, example_inputs)
+
+
+def inductor_patches(mode: str | None, options: dict) -> dict[str, Any]:
+    """Inductor config patches for ``torch.compile``'s ``mode`` and ``options``, each checked."""
+    known = inductor_config.get_config_copy()
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        raise OptionError(f"unknown option {', '.join(map(repr, unknown))}: neither one of remat's "
+                          f"({', '.join(NAMES)}) nor an inductor config option")
+    patches: dict[str, Any] = {}
+    if mode not in (None, "default"):
+        modes = torch._inductor.list_mode_options()
+        if mode not in modes:
+            raise OptionError(f"unknown torch.compile mode {mode!r}; modes: {', '.join(modes)}")
+        patches.update(torch._inductor.list_mode_options(mode))
+    patches.update(options)
+    return patches
+
+
+_SURFACED: dict[type, type] = {}
+
+
+def surfaced(e: RematError) -> RematError:
+    """``e`` as an instance of a subclass of its own class that is also a dynamo
+    ``ShortenTraceback``, which dynamo re-raises as it is (``except InfeasibleBudgetError``
+    around a training step then catches it)."""
+    if isinstance(e, ShortenTraceback):
+        return e
+    cls = type(e)
+    through = _SURFACED.get(cls)
+    if through is None:
+        through = _SURFACED[cls] = type(cls.__name__, (cls, ShortenTraceback),
+                                        {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    out = BaseException.__new__(through, *e.args)
+    out.__dict__.update(e.__dict__)
+    out.first_useful_frame = None
+    return out.with_traceback(e.__traceback__)
 
 
 def _param_indices(gm: torch.fx.GraphModule) -> set[int]:
@@ -21,15 +124,16 @@ def _param_indices(gm: torch.fx.GraphModule) -> set[int]:
     return out
 
 
+def _graph_name(gm: torch.fx.GraphModule, label: str) -> str:
+    """``label_0_0``: what is compiled (the model's class or the function's name) and dynamo's
+    compile id (frame, recompile), distinct for each graph of a step."""
+    label = re.sub(r"\W+", "", label) or "graph"
+    cid = gm.meta.get("dynamo_compile_id")
+    return f"{label}_{str(cid).replace('/', '_')}" if cid is not None else label
+
+
 def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
     """AOTAutograd with inductor's decompositions and joint passes, but no kernel codegen."""
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._inductor.compile_fx import partition_fn
-    from torch._inductor.decomposition import select_decomp_table
-
-    from torch._guards import detect_fake_mode
-    from torch._inductor.virtualized import V
-
     def nop(fx_g, _inputs):
         # interpret the graph with the boxed convention, freeing each value (inputs included)
         # after its last use, as inductor's code does: memory then follows the plan
@@ -50,35 +154,7 @@ def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
     )(gm, example_inputs)
 
 
-def remat_backend(gm: torch.fx.GraphModule, example_inputs, *, solver: str = "mincut",
-                  mode: str = "conservative", strict: bool = False, compiler: str = "inductor",
-                  on_plan: Callable | None = None, options: dict | None = None,
-                  solver_options: dict | None = None, budget: str | float | None = None,
-                  time_limit: float | None = 60.0, **_ignored):
-    """A dynamo backend: inductor (or, with ``compiler="eager"``, no codegen) with remat's
-    partitioner. Registered as ``torch.compile(model, backend="remat")``; options for remat
-    go in ``options={"solver": ..., "mode": ..., "strict": ...}`` there."""
-    options = dict(options or {})
-    solver = options.pop("solver", solver)
-    mode = options.pop("remat_mode", options.pop("mode", mode))
-    strict = options.pop("strict", strict)
-    compiler = options.pop("compiler", compiler)
-    on_plan = options.pop("on_plan", on_plan)
-    budget = options.pop("budget", budget)
-    time_limit = options.pop("time_limit", time_limit)
-    part = RematPartitioner(solver, mode, strict, param_indices=_param_indices(gm), on_plan=on_plan,
-                            solver_options=solver_options, budget=budget, time_limit=time_limit)
-    if compiler == "eager":
-        return _eager_compile(gm, example_inputs, part)
-    if compiler != "inductor":
-        raise ValueError(f"unknown compiler {compiler!r}; use 'inductor' or 'eager'")
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": part, **options})
-
-
 def register_backend() -> None:
-    from torch._dynamo.backends.registry import _BACKENDS, register_backend as reg
-
+    """Make ``backend="remat"`` known to ``torch.compile`` (the package's entry point does it too)."""
     if "remat" not in _BACKENDS:
         reg(name="remat")(remat_backend)

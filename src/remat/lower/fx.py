@@ -1,15 +1,14 @@
 """Lowering a Schedule to the forward and backward fx graphs that PyTorch compiles.
 
-The statements before the first backward op form the forward pass, the rest the backward.
-The values resident at that point which the backward reads before computing them again
-are the saved set; PyTorch's own extraction (:func:`remat.capture.joint.partition_with_saved`)
-builds the two modules' inputs and outputs from it, and their bodies are then rebuilt in
-statement order: a node computed again becomes a fresh copy, so every later reader uses
-the copy, and fx frees each value after its last use, as the schedule frees it.
+Every plan lowers this one way. The schedule's forward and backward phases and the saved set
+between them come from :func:`remat.plans.phases.split_schedule`; PyTorch's own extraction
+(:func:`remat.capture.joint.partition_with_saved`) builds the two modules' inputs and outputs
+from the saved set, and their bodies are then rebuilt in statement order: a node computed
+again becomes a fresh copy, so every later reader uses the copy, and fx frees each value
+after its last use, as the schedule frees it.
 """
 
 from __future__ import annotations
-
 
 import torch
 import torch.fx as fx
@@ -87,8 +86,8 @@ def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement], *
     return fx.GraphModule(gm, new)
 
 
-def lower(joint: tc.JointInfo, schedule: Schedule) -> tuple[fx.GraphModule, fx.GraphModule, list[str]]:
-    """Forward and backward modules that run ``schedule``; also returns the saved names."""
+def lower(joint: tc.JointInfo, schedule: Schedule) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Forward and backward modules that run ``schedule``."""
     split = split_schedule(schedule)
     by_name = {n.name: n for n in joint.gm.graph.nodes}
     missing = [s for s in split.saved if s not in by_name]
@@ -100,5 +99,5 @@ def lower(joint: tc.JointInfo, schedule: Schedule) -> tuple[fx.GraphModule, fx.G
     fw = rebuild(fw, joint.gm, split.forward, extra_outputs=dropped,
                  num_fwd_outputs=joint.num_fwd_outputs)
     bw = rebuild(bw, joint.gm, split.backward, extra_inputs=dropped)
-    return fw, bw, split.saved
+    return fw, bw
 

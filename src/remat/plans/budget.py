@@ -1,64 +1,110 @@
-"""Memory budgets: parse them, resolve fractions, and plan within them (no torch).
+"""Memory budgets: what a user may write, what it means in bytes for a graph, and how bytes
+are shown (no torch).
 
-A budget bounds the simulated peak memory of the whole training step, inputs and
-parameters included: ``"6GiB"``, ``"512MB"``, ``6e9`` (bytes), or a fraction such as
-``0.6`` of the peak with no recomputation (every value the backward reads is saved, as
-PyTorch's ``default_partition`` does; :func:`reference_peak`). Because it bounds peak memory and every solver's
-schedule is checked by the simulator, a larger budget never yields a higher peak than the
-budget, and a budget no schedule fits raises :class:`InfeasibleBudgetError` stating the
-smallest budget that remat found feasible.
+A budget bounds the simulated peak memory of the whole training step, inputs and parameters
+included. It is either bytes, written with a unit (``"6GiB"``, ``"512MB"``) or as a whole
+number of bytes (``6e9``, ``6_000_000_000``), or a fraction of the peak without
+recomputation, in ``(0, 1]`` (``0.6``, ``"60%"``; :func:`reference_peak`). Anything else
+(``1.5``, ``"abc"``, ``-1``, ``True``) is refused with a :class:`~remat.errors.BudgetError`
+that says what to write instead.
+
+>>> Budget.parse("6GiB").value, Budget.parse(0.6).kind, Budget.parse("60%").value
+(6442450944.0, 'fraction', 0.6)
+>>> Budget.parse(1.5)
+Traceback (most recent call last):
+...
+remat.errors.BudgetError: budget 1.5 is neither a fraction in (0, 1] nor a byte count: write a fraction such as 0.6 (of the peak without recomputation) or bytes with a unit such as '1.5GiB'
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import BudgetError
 from ..graph.graph import Graph
 from .simulator import simulate
+from .stages import lifetime_matrix, schedule_from_rs, staged
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
-
 TORCH_HEADROOM = 0.01
-"""Share of a byte budget that ``remat.compile`` keeps free on a real training step for
-allocations the cost model does not see (oneDNN's per-thread scratch in a CPU convolution's
-backward measured 0.55% of the ConvBN test step; allocator rounding): it plans within
-``(1 - TORCH_HEADROOM) * budget``."""
+"""Share of a byte budget that a real training step keeps free for allocations the cost model
+does not see (oneDNN's per-thread scratch in a CPU convolution's backward measured 0.55% of
+the ConvBN test step; allocator rounding): ``remat.compile`` and ``remat plan --budget`` plan
+within ``(1 - TORCH_HEADROOM) * budget``. A fractional budget, being relative to the
+simulator's own peak, gets none, so ``budget=1.0`` always fits."""
+
+_HOW = ("write a fraction such as 0.6 (of the peak without recomputation) or bytes with a unit "
+        "such as '6GiB'")
 
 
-def parse_budget(budget: str | float | int) -> tuple[str, float]:
-    """``("bytes", n)`` or ``("fraction", f)`` from ``"6GiB"``, ``6e9``, ``0.6`` or ``"60%"``."""
-    if isinstance(budget, bool):
-        raise ValueError(f"budget {budget!r}: give bytes (e.g. '6GiB', 6e9) or a fraction (0.6)")
-    if isinstance(budget, (int, float)):
-        if budget <= 0:
-            raise ValueError(f"budget {budget!r} must be positive")
-        return ("fraction", float(budget)) if budget <= 1 else ("bytes", float(budget))
-    text = str(budget).strip().replace("_", "")
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(%|[kmgt]i?b|b)?", text, flags=re.I)
-    if not m:
-        raise ValueError(f"budget {budget!r} is not understood: use bytes with a unit "
-                         "('6GiB', '512MB', '1e9') or a fraction of the no-recomputation peak (0.6, '60%')")
-    value, unit = float(m.group(1)), (m.group(2) or "").lower()
-    if value <= 0:
-        raise ValueError(f"budget {budget!r} must be positive")
-    if unit == "%":
-        return "fraction", value / 100
-    if unit == "" and value <= 1:
-        return "fraction", value
-    return "bytes", value * _UNITS[unit]
+@dataclass(frozen=True)
+class Budget:
+    """A parsed budget: ``kind`` is ``"bytes"`` or ``"fraction"``; ``text`` is what was given."""
 
+    kind: str
+    value: float
+    text: str
 
-def no_recompute_saved(g: Graph) -> list[str]:
-    """Every forward value the backward reads (and forward values it returns)."""
-    a = g._arrays
-    ins = g.input_indices
-    saved = {j for i in np.flatnonzero(~a.forward).tolist() for j in ins[i] if a.forward[j]}
-    saved |= set(np.flatnonzero(a.backward_output).tolist())
-    return [g.nodes[i].name for i in sorted(saved)]
+    @classmethod
+    def parse(cls, budget: "Budget | str | float | int") -> "Budget":
+        """The budget ``budget`` stands for; raises :class:`BudgetError` naming the fix."""
+        if isinstance(budget, Budget):
+            return budget
+        text = str(budget)
+        if isinstance(budget, bool) or not isinstance(budget, (str, int, float)):
+            raise BudgetError(f"budget {budget!r} is not understood: {_HOW}")
+        if isinstance(budget, str):
+            m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(%|[kmgt]i?b|b)?",
+                             budget.strip().replace("_", ""), flags=re.I)
+            if not m:
+                raise BudgetError(f"budget {budget!r} is not understood: {_HOW}")
+            value, unit = float(m.group(1)), (m.group(2) or "").lower()
+            if unit == "%":
+                value, unit = value / 100, "fraction"
+            elif unit:
+                return cls._bytes(value * _UNITS[unit], text)
+        else:
+            value, unit = float(budget), ""
+        if not math.isfinite(value) or value <= 0:
+            raise BudgetError(f"budget {budget!r} must be positive and finite: {_HOW}")
+        if value <= 1:
+            return cls("fraction", value, text)
+        if unit == "fraction":
+            raise BudgetError(f"budget {budget!r} is over 100% of the peak without recomputation, "
+                              "which every plan fits: use 100% or less")
+        if value != int(value):
+            raise BudgetError(f"budget {budget!r} is neither a fraction in (0, 1] nor a byte count: "
+                              f"write a fraction such as 0.6 (of the peak without recomputation) or "
+                              f"bytes with a unit such as '{value:g}GiB'")
+        return cls._bytes(value, text)
+
+    @classmethod
+    def _bytes(cls, value: float, text: str) -> "Budget":
+        if value < 1:
+            raise BudgetError(f"budget {text!r} is less than one byte: {_HOW}")
+        return cls("bytes", float(round(value)), text)
+
+    def bytes_for(self, g: Graph) -> int:
+        """The budget in bytes for graph ``g`` (a fraction is of :func:`reference_peak`)."""
+        return int(self.value * reference_peak(g)) if self.kind == "fraction" else int(self.value)
+
+    def planned_bytes(self, g: Graph, headroom: float = 0.0) -> int:
+        """What a solver plans within: :meth:`bytes_for` less ``headroom`` (a share, for byte
+        budgets only; see :data:`TORCH_HEADROOM`)."""
+        if not 0.0 <= headroom < 1.0:
+            raise ValueError(f"headroom must be in [0, 1), not {headroom}")
+        asked = self.bytes_for(g)
+        return asked if self.kind == "fraction" else int(asked * (1.0 - headroom))
+
+    def __str__(self) -> str:
+        return f"{self.value:g} of the peak without recomputation" if self.kind == "fraction" \
+            else format_bytes(self.value)
 
 
 def reference_peak(g: Graph) -> int:
@@ -66,19 +112,16 @@ def reference_peak(g: Graph) -> int:
     value is computed once, in the staged order the budgeted solvers schedule in, and kept
     until its last reader (seeds/001's checkpoint-all)."""
     def peak(g: Graph) -> int:
-        from .stages import lifetime_matrix, schedule_from_rs, staged
-
         st = staged(g)
         return simulate(schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st))).peak_bytes
 
     return g._derived("reference_peak", peak)
 
 
-def resolve_budget(g: Graph, budget: str | float | int) -> int:
-    kind, value = parse_budget(budget)
-    return int(value * reference_peak(g)) if kind == "fraction" else int(value)
-
-
-def simulate_constant(g: Graph) -> int:
-    a = g._arrays
-    return int(a.bytes[a.primal].sum())
+def format_bytes(n: float) -> str:
+    """``1536 -> '1.50 KiB'``: bytes for people (B, KiB, MiB, GiB)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n} B"

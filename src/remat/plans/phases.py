@@ -25,8 +25,11 @@ def split_schedule(schedule: Schedule) -> Split:
     """Cut a schedule into forward and backward statements and find the saved set."""
     g: Graph = schedule.graph
     stmts = schedule.statements
+    # the backward starts when its first tangent arrives (or, in a graph without tangents,
+    # with its first backward node): what it computes from then on, forward values included,
+    # is the backward's
     cut = next((k for k, s in enumerate(stmts)
-                if s.op == "compute" and g[s.node].role == "backward"), len(stmts))
+                if s.op == "compute" and g[s.node].role in ("tangent", "backward")), len(stmts))
     fw = [s for s in stmts[:cut] if not (s.op == "compute" and g[s.node].role == "tangent")]
     bw = [s for s in stmts[cut:] if not (s.op == "compute" and g[s.node].role == "tangent")]
     # tangents computed before the cut still belong to the backward
@@ -65,6 +68,8 @@ def _save_items_not_tuples(g: Graph, fw: list[Statement], saved: list[str]):
             out.append(name)
             continue
         items = [u.name for u in g.users(name) if u.op == "getitem"]
+        if not items and (g[name].is_output or g[name].backward_output):
+            continue  # kept to the end anyway (an output, a gradient): the backward reads it
         if not items:
             raise PlanError(f"schedule saves {name!r}, which cannot cross to the backward")
         for it in items:

@@ -1,141 +1,354 @@
-"""Plans: what a solver decided, in a form people and programs can read.
+"""Plans: what a solver decided for one graph, in a form people and programs can read.
 
-A saved-set :class:`Plan` lists the values that cross from the forward to the backward pass
-(``plan.saved``), what the backward recomputes, the saved bytes, the cut cost, and the solve
-time. It renders a summary (``print(plan)``) and round-trips through JSON.
+A :class:`Plan` holds its :class:`~remat.plans.schedule.Schedule` (``plan.schedule()``: the
+``compute``/``free`` statements that run the training step), the :class:`Decision` for every
+forward value the backward uses, what the simulator found when it judged the schedule (peak
+memory, predicted time, recomputations) and the solver's own report (status, cost, bounds,
+solve time). Every solver returns one; every plan, however it was made, lowers to PyTorch
+the same way (from its schedule). It renders a summary (``print(plan)``) and round-trips
+through JSON (:meth:`Plan.to_dict` / :meth:`Plan.from_dict`), its schedule included.
+
+>>> from remat.graph.examples import cos_cos_graph
+>>> p = Plan.from_saved_set(cos_cos_graph(), ["add_2"], solver="example").judge()
+>>> p.saved_names, p.decisions["add_2"], p.recomputed, p.feasible
+(['add_2'], <Decision.SAVE: 'save'>, ['cos'], True)
+>>> Plan.from_dict(p.to_dict()).to_dict() == p.to_dict()
+True
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Any, Iterable, Mapping
 
+from ..cost.model import CostModel, default_cost_model
+from ..errors import PlanError
 from ..graph.graph import Graph
+from .budget import format_bytes
+from .phases import split_schedule
+from .schedule import Schedule, Statement, schedule_from_saved_set
+from .simulator import SimResult, simulate
 
 PLAN_FORMAT = "remat.plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+
+
+class Decision(str, Enum):
+    """What happens to a forward value the backward uses. A closed set, as in JAX's
+    checkpoint policies; the Schedule's statements say the same thing in order:
+
+    - ``SAVE``: computed in the forward and kept until the backward reads it;
+    - ``RECOMPUTE``: computed by the backward (again, or for the first time when the forward
+      does not need it);
+    - ``OFFLOAD``: copied to host memory after the forward and back before the backward
+      (``offload``/``reload`` statements; MAGIS, not produced by any solver yet);
+    - ``SPLIT``: produced in parts along a dimension (fission; MAGIS, not produced yet).
+    """
+
+    SAVE = "save"
+    RECOMPUTE = "recompute"
+    OFFLOAD = "offload"
+    SPLIT = "split"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
 class SavedValue:
+    """A value that crosses from the forward to the backward. ``role``: ``"input"``,
+    ``"param"`` or ``"activation"``; ``module``: the submodule that computes it
+    (``model.layers.1.mlp``), when capture knows it."""
+
     name: str
     shape: tuple[int, ...] | None
     dtype: str | None
     nbytes: int
-    role: str  # "input", "param" or "activation"
+    role: str
+    module: str | None = None
 
 
-@dataclass
+FEASIBLE_STATUSES = ("optimal", "feasible", "time_limit")
+"""A plan with one of these statuses has a schedule within its budget (``time_limit``: the
+best found when the time limit stopped the search)."""
+
+
+@dataclass(eq=False)
 class Plan:
+    """One graph's plan. Fields a solver reports: ``solver``, ``options``, ``status``,
+    ``cost`` (the solver's own objective: the cut's bytes moved for the min cut, the additive
+    compute cost for schedule solvers), ``lower_bound``/``gap`` (proved by the MILP),
+    ``message``, ``solve_seconds``, ``banned`` (values the solver may not recompute, and why),
+    ``details`` (solver diagnostics). Fields the simulator sets (:meth:`judge`):
+    ``feasible``, ``peak_bytes``, ``compute_cost``, ``predicted_seconds``, ``recomputes``.
+    Fields read off the schedule: ``decisions``, ``saved`` (the values that cross from the
+    forward to the backward: activations, and the inputs and parameters the backward reads;
+    for a plan made from a saved set, that set: a step's output the backward reads, held
+    anyway, then reaches it too), ``recomputed``, ``moved_to_backward``. ``budget`` is the byte budget it was asked to fit (None: none).
+
+    ``graph`` (the :class:`~remat.graph.Graph`), ``sim`` (the simulator's
+    :class:`~remat.plans.simulator.SimResult`) and ``S`` (the checkpoint matrix over
+    Checkmate's stages, when a staged solver made the plan; used for warm starts) travel
+    with a plan in memory but are not part of its JSON.
+    """
+
     graph_name: str
     solver: str
-    options: dict[str, Any]
-    saved: list[SavedValue]
-    recomputed: list[str]
-    moved_to_backward: list[str]
-    cost: float | None
-    solve_seconds: float
+    statements: list[Statement] | None
+    options: dict[str, Any] = field(default_factory=dict)
+    status: str = "feasible"
+    feasible: bool = True
+    cost: float | None = None
+    solve_seconds: float = 0.0
+    budget: int | None = None
+    peak_bytes: int | None = None
+    compute_cost: float | None = None
+    predicted_seconds: float | None = None
+    recomputes: int | None = None
+    lower_bound: float | None = None
+    gap: float | None = None
+    message: str = ""
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    saved: list[SavedValue] = field(default_factory=list)
+    recomputed: list[str] = field(default_factory=list)
+    moved_to_backward: list[str] = field(default_factory=list)
     banned: dict[str, str] = field(default_factory=dict)
-    stats: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    graph: Graph | None = field(default=None, repr=False)
+    sim: SimResult | None = field(default=None, repr=False)
+    S: Any = field(default=None, repr=False)
 
-    graph = None
-    """The :class:`~remat.graph.Graph` the plan was made for, when known (not serialized)."""
-    schedule = None
-    """The :class:`~remat.plans.schedule.Schedule` a budgeted solver chose (serialized as a list)."""
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_schedule(cls, schedule: Schedule, *, solver: str, saved: Iterable[str] | None = None,
+                      **report: Any) -> "Plan":
+        """The plan that runs ``schedule``; ``report``: the solver's fields (status, cost, ...).
+        ``saved``: the saved set the schedule was made from, if it was (else read off it)."""
+        g = schedule.graph
+        phases = split_schedule(schedule)
+        computed_fwd = {s.node for s in phases.forward if s.op == "compute"}
+        by_backward = sorted({s.node for s in phases.backward if s.op == "compute" and g[s.node].is_forward},
+                             key=g.index)
+        saved = sorted(set(phases.saved if saved is None else saved), key=g.index)
+        decisions = {name: Decision.SAVE for name in saved if not g[name].is_primal}
+        decisions.update((name, Decision.RECOMPUTE) for name in by_backward)
+        plan = cls(graph_name=g.name, solver=solver, statements=list(schedule.statements),
+                   saved=[_saved_value(g[name]) for name in saved], decisions=decisions,
+                   recomputed=[n for n in by_backward if n in computed_fwd],
+                   moved_to_backward=[n for n in by_backward if n not in computed_fwd],
+                   graph=g, **report)
+        plan.details.setdefault("nodes", len(g))
+        return plan
 
     @classmethod
-    def from_saved_set(cls, g: Graph, saved: Iterable[str], *, solver: str,
-                       options: Mapping[str, Any] | None = None, cost: float | None = None,
-                       solve_seconds: float = 0.0, banned: Mapping[str, str] | None = None,
-                       stats: Mapping[str, Any] | None = None) -> "Plan":
-        from .saved_set import backward_work
-
+    def from_saved_set(cls, g: Graph, saved: Iterable[str], *, solver: str, **report: Any) -> "Plan":
+        """The plan that saves ``saved`` and recomputes the rest, run as PyTorch runs a
+        partition (:func:`~remat.plans.schedule.schedule_from_saved_set`)."""
         saved = list(dict.fromkeys(saved))
-        work = backward_work(g, saved)
-        nodes, index = g.nodes, g._index  # backward_work has checked every name
-        entries = [SavedValue(s, n.shape, n.dtype, n.bytes, n.role if n.is_primal else "activation")
-                   for s, n in zip(saved, [nodes[index[s]] for s in saved])]
-        recomputed = set(work.recomputed)
-        return cls(
-            graph_name=g.name, solver=solver, options=dict(options or {}), saved=entries,
-            recomputed=list(work.recomputed),
-            moved_to_backward=[c for c in work.computed if c not in recomputed],
-            cost=cost, solve_seconds=solve_seconds, banned=dict(banned or {}),
-            stats={"nodes": len(g), **dict(stats or {})},
-        )
+        return cls.from_schedule(schedule_from_saved_set(g, saved), solver=solver, saved=saved, **report)
 
-    # -- views ---------------------------------------------------------------------------
+    @classmethod
+    def without_schedule(cls, g: Graph, *, solver: str, status: str, message: str = "",
+                         **report: Any) -> "Plan":
+        """A solver's answer when it found no schedule (infeasible, out of time, too large)."""
+        return cls(graph_name=g.name, solver=solver, statements=None, status=status,
+                   feasible=False, message=message, graph=g, **report)
+
+    # -- the simulator's verdict -------------------------------------------------------------
+    def judge(self, budget: float | None = None, cost_model: CostModel | None = None) -> "Plan":
+        """Replay the schedule in the simulator and record what it found: a plan is feasible
+        only if its schedule is valid and (with ``budget`` bytes) peaks within the budget.
+        Returns the plan itself."""
+        if budget is not None:
+            self.budget = int(budget) if math.isfinite(budget) else None
+        if self.statements is None:
+            self.feasible = False
+            return self
+        sim = self.sim = simulate(self.schedule(), cost_model or default_cost_model())
+        self.peak_bytes, self.compute_cost = int(sim.peak_bytes), float(sim.compute_cost)
+        self.predicted_seconds, self.recomputes = float(sim.predicted_seconds), int(sim.recomputes)
+        if self.cost is None:
+            self.cost = self.compute_cost
+        if self.lower_bound is not None and self.compute_cost > 0:
+            self.gap = max(0.0, (self.compute_cost - self.lower_bound) / self.compute_cost)
+        if not sim.valid:
+            self.feasible, self.status = False, "invalid"
+            self.message = f"the solver returned an invalid schedule: {sim.errors[0]}"
+        elif budget is not None and sim.peak_bytes > budget:
+            self.feasible, self.status = False, "over_budget"
+            self.message = (f"schedule peaks at {sim.peak_bytes} bytes, over the budget of {int(budget)}"
+                            + (f" ({self.message})" if self.message else ""))
+        else:
+            self.feasible = self.status in FEASIBLE_STATUSES
+        return self
+
+    # -- views -------------------------------------------------------------------------------
+    def schedule(self, graph: Graph | None = None) -> Schedule:
+        """The statements that run this plan, on ``graph`` (default: the plan's own; a plan
+        loaded from JSON needs the graph it was made for)."""
+        if self.statements is None:
+            raise PlanError(f"plan of {self.graph_name!r} by {self.solver} has no schedule "
+                            f"({self.status}: {self.message or 'none found'})")
+        g = graph if graph is not None else self.graph
+        if g is None:
+            raise PlanError(f"plan of {self.graph_name!r} has no graph: load the graph it was made "
+                            "for and call plan.schedule(graph)")
+        return Schedule(g, list(self.statements), {"solver": self.solver})
+
     @property
     def saved_names(self) -> list[str]:
         return [s.name for s in self.saved]
 
     @property
+    def saved_activations(self) -> list[SavedValue]:
+        """The saved values that are activations (inputs and parameters are held anyway)."""
+        return [s for s in self.saved if s.role == "activation"]
+
+    @property
     def saved_activation_bytes(self) -> int:
-        """Bytes of saved values that are activations (inputs and params are held anyway)."""
-        return sum(s.nbytes for s in self.saved if s.role == "activation")
+        return sum(s.nbytes for s in self.saved_activations)
 
     @property
     def saved_bytes(self) -> int:
         return sum(s.nbytes for s in self.saved)
 
-    @property
-    def saved_activations(self) -> list[SavedValue]:
-        return [s for s in self.saved if s.role == "activation"]
+    # -- serialization -----------------------------------------------------------------------
+    _RUNTIME = ("graph", "sim", "S")
 
-    # -- serialization -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["saved"] = [{**asdict(s), "shape": list(s.shape) if s.shape is not None else None}
-                      for s in self.saved]
-        out = {"format": PLAN_FORMAT, "version": PLAN_VERSION,
-               "saved_activation_bytes": self.saved_activation_bytes, **d}
-        if self.schedule is not None:
-            out["schedule"] = self.schedule.to_list()
-        return out
+        """Everything but the graph, the simulator's record and ``S``; JSON-ready."""
+        d: dict[str, Any] = {"format": PLAN_FORMAT, "version": PLAN_VERSION}
+        for f in fields(self):
+            if f.name in self._RUNTIME:
+                continue
+            v = getattr(self, f.name)
+            if f.name == "statements":
+                d["schedule"] = None if v is None else [{"op": s.op, "node": s.node} for s in v]
+            elif f.name == "saved":
+                d["saved"] = [{"name": s.name, "shape": None if s.shape is None else list(s.shape),
+                               "dtype": s.dtype, "nbytes": s.nbytes, "role": s.role, "module": s.module}
+                              for s in v]
+            elif f.name == "decisions":
+                d["decisions"] = {k: x.value for k, x in v.items()}
+            else:
+                d[f.name] = _jsonable(v)
+        d["saved_activation_bytes"] = self.saved_activation_bytes
+        return d
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
-        if d.get("format") != PLAN_FORMAT or d.get("version") != PLAN_VERSION:
-            raise ValueError(f"not a remat plan (format {PLAN_FORMAT!r} version {PLAN_VERSION})")
-        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        fields["saved"] = [SavedValue(s["name"], tuple(s["shape"]) if s["shape"] is not None else None,
-                                      s["dtype"], s["nbytes"], s["role"]) for s in d["saved"]]
-        return cls(**fields)
+    def from_dict(cls, d: Mapping[str, Any], graph: Graph | None = None) -> "Plan":
+        """The plan :meth:`to_dict` wrote (``remat plan --json`` prints one); ``graph``, if
+        given, is attached (and checked to hold every node the schedule names)."""
+        if not isinstance(d, Mapping) or d.get("format") != PLAN_FORMAT:
+            raise PlanError(f"not a remat plan: expected a JSON object with \"format\": \"{PLAN_FORMAT}\"")
+        if d.get("version") != PLAN_VERSION:
+            raise PlanError(f"remat plan version {d.get('version')!r} is not supported; this remat "
+                            f"reads version {PLAN_VERSION} (re-plan the graph to update it)")
+        names = {f.name for f in fields(cls)} - set(cls._RUNTIME) - {"statements", "saved", "decisions"}
+        kwargs = {k: d[k] for k in names if k in d}
+        for key in ("graph_name", "solver"):
+            if key not in d:
+                raise PlanError(f"remat plan lacks {key!r}")
+        sched = d.get("schedule")
+        try:
+            kwargs["statements"] = None if sched is None else [Statement(s["op"], s["node"]) for s in sched]
+            kwargs["saved"] = [SavedValue(s["name"], None if s["shape"] is None else tuple(s["shape"]),
+                                          s["dtype"], s["nbytes"], s["role"], s.get("module"))
+                               for s in d.get("saved", [])]
+            kwargs["decisions"] = {k: Decision(v) for k, v in d.get("decisions", {}).items()}
+        except (KeyError, TypeError, ValueError) as e:
+            raise PlanError(f"malformed remat plan ({type(e).__name__}: {e})") from None
+        plan = cls(**kwargs)
+        if graph is not None:
+            plan.graph = graph
+            if plan.statements is not None:
+                Schedule.from_list(graph, [(s.op, s.node) for s in plan.statements])  # names check
+        return plan
 
-    # -- rendering -----------------------------------------------------------------------
-    def summary(self) -> str:
+    # -- rendering ---------------------------------------------------------------------------
+    def summary(self, limit: int = 40) -> str:
+        """A readable account: status, memory and time, then each saved activation with the
+        module it comes from, and what the backward recomputes."""
         opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
-        lines = [
-            f"remat plan for {self.graph_name!r}: solver {self.solver}" + (f" ({opts})" if opts else ""),
-            f"  saved: {len(self.saved)} values, {_fmt_bytes(self.saved_activation_bytes)} of activations"
-            f" ({_fmt_bytes(self.saved_bytes)} with inputs and params)",
-        ]
-        if self.cost is not None:
-            lines.append(f"  cut cost: {self.cost:.6g}   solve time: {self.solve_seconds * 1e3:.2f} ms")
-        else:
-            lines.append(f"  solve time: {self.solve_seconds * 1e3:.2f} ms")
-        width = max([len(s.name) for s in self.saved] + [4])
-        for s in self.saved:
-            shape = "x".join(map(str, s.shape)) if s.shape is not None else "?"
-            lines.append(f"    {s.name:<{width}}  {s.role:<10} {s.dtype or '?':<9} {shape:<18} {_fmt_bytes(s.nbytes)}")
-        lines.append(f"  recomputed in backward: {len(self.recomputed)}"
+        nodes = self.details.get("nodes")
+        head = (f"remat plan for {self.graph_name!r}" + (f" ({nodes} nodes)" if nodes else "")
+                + f": {self.solver}" + (f" ({opts})" if opts else "") + f", {self.status}")
+        lines = [head]
+        if self.message:
+            lines.append(f"  {self.message}")
+        facts = []
+        if self.budget is not None:
+            facts.append(f"budget {format_bytes(self.budget)}")
+        if self.peak_bytes is not None:
+            facts.append(f"simulated peak {format_bytes(self.peak_bytes)}")
+        if self.recomputes is not None:
+            facts.append(f"{self.recomputes} recomputations")
+        facts.append(f"solved in {_seconds(self.solve_seconds)}")
+        lines.append("  " + ", ".join(facts))
+        acts = self.saved_activations
+        held = len(self.saved) - len(acts)
+        lines.append(f"  saved for the backward: {len(acts)} activations, "
+                     f"{format_bytes(self.saved_activation_bytes)}"
+                     + (f" (and {held} inputs and parameters, held anyway)" if held else ""))
+        if acts:
+            width = max(len(s.name) for s in acts[:limit])
+            mwidth = max([len(s.module or "") for s in acts[:limit]] + [6])
+            for s in acts[:limit]:
+                shape = "x".join(map(str, s.shape)) if s.shape is not None else "?"
+                lines.append(f"    {s.name:<{width}}  {s.module or '':<{mwidth}}  {s.dtype or '?':<9} "
+                             f"{shape:<18} {format_bytes(s.nbytes)}")
+            if len(acts) > limit:
+                lines.append(f"    ... and {len(acts) - limit} more")
+        lines.append(f"  recomputed in the backward: {len(self.recomputed)}"
                      + (f" ({', '.join(self.recomputed[:12])}{', ...' if len(self.recomputed) > 12 else ''})"
                         if self.recomputed else ""))
         if self.moved_to_backward:
-            lines.append(f"  computed only in backward: {len(self.moved_to_backward)}")
+            lines.append(f"  computed only in the backward: {len(self.moved_to_backward)}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.summary()
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n} B"
+def _saved_value(node) -> SavedValue:
+    module = node.meta.get("module") if node.meta else None
+    return SavedValue(node.name, node.shape, node.dtype, node.bytes,
+                      node.role if node.is_primal else "activation", module)
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _jsonable(x: Any) -> Any:
+    """Plain JSON values from numpy scalars, tuples and nested containers."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item) and not isinstance(x, (str, bytes)):
+        return x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def judged(solver: str, g: Graph, budget: float | None, schedule: Schedule | None, *,
+           solve_seconds: float, status: str, cost_model: CostModel | None = None,
+           lower_bound: float | None = None, message: str = "", details: dict | None = None) -> Plan:
+    """A schedule solver's result: the plan of ``schedule`` (or none), judged by the simulator
+    against ``budget`` bytes (None or infinite: no budget)."""
+    report = dict(solve_seconds=solve_seconds, status=status, lower_bound=lower_bound,
+                  message=message, details=dict(details or {}))
+    if schedule is None:
+        plan = Plan.without_schedule(g, solver=solver, **report)
+        if budget is not None and math.isfinite(budget):
+            plan.budget = int(budget)
+        return plan
+    return Plan.from_schedule(schedule, solver=solver, **report).judge(budget, cost_model)

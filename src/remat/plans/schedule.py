@@ -111,8 +111,9 @@ def required_nodes(g: Graph) -> np.ndarray:
 def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     """Lower a saved-set plan to a Schedule, as PyTorch runs it.
 
-    Forward: the required forward nodes in graph order, each value freed after its last
-    forward use unless it is saved or kept to the end. Backward: tangents first, then the
+    Forward: the required forward nodes and the side effects nothing reads (with their
+    inputs) in graph order, each value freed after its last forward use unless it is saved or
+    kept to the end. Backward: tangents first, then the
     backward nodes in graph order, each unsaved forward value it needs computed on demand
     just before its first use (as PyTorch's partitioner reorders recomputation to mimic the
     autograd engine); every value is freed after its last backward use.
@@ -132,9 +133,12 @@ def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     is_saved[[g.index(s) for s in saved]] = True
     req = required_nodes(g)
 
-    # the forward computes what its outputs need and every saved value (with its ancestors)
+    # the forward computes what its outputs need, every saved value and every side effect
+    # nothing reads (a running-statistics update, which PyTorch runs in the forward), with
+    # their ancestors
     in_fwd = req & a.forward
-    stack = [i for i in np.flatnonzero(is_saved & ~in_fwd & ~a.primal).tolist()]
+    sinks = a.forward & ~a.primal & ~a.is_output & (np.diff(a.user_ptr) == 0)
+    stack = [i for i in np.flatnonzero((is_saved | sinks) & ~in_fwd & ~a.primal).tolist()]
     while stack:
         i = stack.pop()
         if in_fwd[i] or a.primal[i]:

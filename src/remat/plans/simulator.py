@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost.model import CostModel, default_cost_model, materialized, storage
+from ..cost.model import CostModel, constant_bytes, default_cost_model, materialized, storage
 from ..errors import PlanError
 from ..graph.graph import Graph
 from .schedule import Schedule, kept_to_end, never_recomputed, required_nodes
@@ -82,7 +82,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             refs[owner[i]] += 1
     computed = [False] * a.n
     errors: list[str] = []
-    constant = int(sum(sizes[i] for i in range(a.n) if primal[i] and owner[i] == i))
+    constant = constant_bytes(g)
     mem = constant
     peak, peak_at = mem, -1
     tl: list[int] = []

@@ -1,27 +1,41 @@
-"""Solvers: functions from a :class:`remat.graph.Graph` (+ options) to a :class:`remat.plan.Plan`.
+"""Solvers: functions from a :class:`~remat.graph.Graph` (+ options) to a :class:`~remat.plans.Plan`.
 
-Solvers never import torch. Baselines that need PyTorch's own partitioner (``torch-mincut``,
-``no-recompute``) live in :mod:`remat.capture.joint` and run on captured fx graphs.
+Every solver lives in one registry (:mod:`.registry`) with its name, its family and whether it
+takes a budget, and is called the same way: :func:`solve`. Solvers never import torch; the
+PyTorch partitioners listed here run on captured fx graphs (:mod:`remat.lower`).
+
+>>> from remat.graph.examples import cos_cos_graph
+>>> solve(cos_cos_graph(), "mincut-aggressive").saved_names
+['add_2']
+>>> names(family="checkmate")
+['checkmate', 'checkmate-lp']
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from . import mincut as _mincut
+from .auto import auto
+from .baselines import BASELINES, DESCRIPTIONS
+from .checkmate import checkmate, checkmate_lp
+from .registry import (DEFAULT_TIME_LIMIT, SolverInfo, check_options, check_time_limit, info, names,
+                       register, solve)
 
-from ..graph.graph import Graph
-from ..plans.plan import Plan
-from .mincut.mincut import mincut
+register("auto", "auto", "optional", "the default: the conservative min cut without a budget; with "
+         "one, the cheapest plan within it of the MILP, the baselines and both min cuts", auto)
+for _mode, _what in (("conservative", "recompute only ops that fuse: no slower step"),
+                     ("aggressive", "recompute all but compute-intensive and random ops: least memory")):
+    register(f"mincut-{_mode}", "mincut", "optional", f"seeds/000's fusion-aware min cut: {_what}",
+             _mincut.solver(_mode))
+register("checkmate", "checkmate", "required", "seeds/001's optimal MILP (HiGHS), within the time "
+         "limit", checkmate)
+register("checkmate-lp", "checkmate", "required", "seeds/001's LP relaxation with two-phase rounding",
+         checkmate_lp)
+for _name, _fn in BASELINES.items():
+    register(_name, "baselines", "optional", DESCRIPTIONS[_name], _fn)
+register("torch-mincut", "pytorch", "none", "PyTorch's own partitioner (min_cut_rematerialization_"
+         "partition), as torch.compile runs it")
+register("no-recompute", "pytorch", "none", "PyTorch's default_partition: saves what eager autograd "
+         "saves, recomputes nothing")
 
-SOLVERS: dict[str, Callable[..., Plan]] = {"mincut": mincut}
-TORCH_SOLVERS = ("torch-mincut", "no-recompute")
-
-
-def solve(g: Graph, solver: str = "mincut", **options) -> Plan:
-    """Run a graph solver by name: ``solve(graph, "mincut", mode="aggressive")``."""
-    try:
-        fn = SOLVERS[solver]
-    except KeyError:
-        hint = (" (it runs on captured PyTorch graphs: use remat.plan on a model)"
-                if solver in TORCH_SOLVERS else "")
-        raise ValueError(f"unknown solver {solver!r}{hint}; graph solvers: {sorted(SOLVERS)}") from None
-    return fn(g, **options)
+__all__ = ["DEFAULT_TIME_LIMIT", "SolverInfo", "check_options", "check_time_limit", "info", "names",
+           "register", "solve"]

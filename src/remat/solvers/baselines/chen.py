@@ -10,8 +10,9 @@ import numpy as np
 
 from ...cost.model import CostModel, default_cost_model
 from ...graph.graph import Graph
-from ...plans.result import BudgetResult
-from .policy import _context, _Ctx, _evaluate, _Point, _result, candidate_chain, linearized_candidates
+from ...plans.plan import Plan
+from .policy import (_context, _Ctx, _evaluate, _Point, _result, candidate_chain, linearized_candidates,
+                     out_of_time)
 
 
 # -- checkpoint selection (Chen et al.) -----------------------------------------------------
@@ -38,7 +39,7 @@ def chen_greedy_checkpoints(ctx: _Ctx, candidates: AbstractSet[int], b: float) -
 
 def _chen_sqrtn(name: str, mode: str):
     def solver(g: Graph, budget: float | None = None, *, cost_model: CostModel | None = None,
-               candidates: str = mode) -> BudgetResult:
+               time_limit: float | None = None, candidates: str = mode) -> Plan:
         t0 = time.perf_counter()
         cm = cost_model or default_cost_model()
         ctx = _context(g)
@@ -74,7 +75,8 @@ def greedy_grid(g: Graph, points: int = 100) -> list[float]:
 
 def _chen_greedy(name: str, mode: str):
     def solver(g: Graph, budget: float | None = None, *, cost_model: CostModel | None = None,
-               candidates: str = mode, b: float | None = None, points: int = 100) -> BudgetResult:
+               time_limit: float | None = None, candidates: str = mode, b: float | None = None,
+               points: int = 100) -> Plan:
         t0 = time.perf_counter()
         cm = cost_model or default_cost_model()
         ctx = _context(g)
@@ -89,6 +91,8 @@ def _chen_greedy(name: str, mode: str):
         seen: dict[tuple[int, ...], _Point] = {}
         evaluated = []
         for bv in grid:
+            if evaluated and out_of_time(t0, time_limit):
+                break
             cps = tuple(chen_greedy_checkpoints(ctx, cset, bv))
             if cps in seen:
                 continue

@@ -8,8 +8,8 @@ import numpy as np
 
 from ...cost.model import CostModel, default_cost_model
 from ...graph.graph import Graph
-from ...plans.result import BudgetResult
-from .policy import _context, _evaluate, _result, candidate_chain
+from ...plans.plan import Plan
+from .policy import _context, _evaluate, _result, candidate_chain, out_of_time
 from .revolve import revolve_snapshots, revolve_steps
 
 
@@ -25,7 +25,7 @@ def griewank_slot_grid(l: int, limit: int = 64) -> list[int]:
 
 
 def griewank(g: Graph, budget: float | None = None, *, cost_model: CostModel | None = None,
-             candidates: str = "auto", slots: int | None = None) -> BudgetResult:
+             time_limit: float | None = None, candidates: str = "auto", slots: int | None = None) -> Plan:
     """Griewank & Walther's REVOLVE on the candidate chain (articulation points when the
     graph has any, else linearized): for ``s`` snapshot slots the optimal binomial schedule,
     its snapshot sets written into ``S`` stage by stage; ``s`` searched over ``0..l-1``
@@ -44,6 +44,8 @@ def griewank(g: Graph, budget: float | None = None, *, cost_model: CostModel | N
         grid = griewank_slot_grid(l)
     evaluated = []
     for s in grid:
+        if evaluated and out_of_time(t0, time_limit):
+            break
         s_eff = max(0, min(s, l - 1)) if l >= 1 else 0
         snaps = revolve_snapshots(l, s_eff)
         cps = sorted({C[k - 1] for v in snaps.values() for k in v})

@@ -4,10 +4,10 @@ Every baseline picks a *static checkpoint policy* ``S`` over the stages of
 :mod:`remat.plans.stages`, completes it with the fewest recomputations
 (:func:`~remat.plans.stages.solve_r`), emits the schedule
 (:func:`~remat.plans.stages.schedule_from_rs`) and lets the simulator judge it
-(:func:`~remat.plans.result.judged`), as the paper does ("we implement baselines as a static
+(:func:`~remat.plans.plan.judged`), as the paper does ("we implement baselines as a static
 policy for S and then solve for the lowest-cost recomputation schedule").
 
-Solvers (``BASELINES``), each ``fn(g, budget=None, **options) -> BudgetResult``; with
+Solvers (``BASELINES``), each ``fn(g, budget=None, **options) -> Plan``; with
 ``budget=None`` the schedule is judged against an infinite budget and its peak reported:
 
 - ``checkpoint-all``: every forward value is kept from its computation to its last use: no
@@ -86,7 +86,7 @@ from ...cost.model import CostModel, effective_bytes
 from ...graph.graph import Graph
 from ...plans.schedule import Schedule
 from ...plans.simulator import SimResult, simulate
-from ...plans.result import BudgetResult, judged
+from ...plans.plan import Plan, judged
 from ...plans.stages import Staged, schedule_from_rs, solve_r, staged
 
 CANDIDATE_MODES = ("auto", "ap", "linearized")
@@ -383,6 +383,11 @@ def _evaluate(g: Graph, ctx: _Ctx, states: Sequence[int], snapshots, cm: CostMod
     return _Point(param, list(states if checkpoints is None else checkpoints), sched, sim, S)
 
 
+def out_of_time(t0: float, time_limit: float | None) -> bool:
+    """A search over a grid stops at ``time_limit`` seconds after ``t0`` (with what it has)."""
+    return time_limit is not None and time.perf_counter() - t0 >= time_limit
+
+
 def _pick(points: list[_Point], budget: float) -> tuple[_Point, bool]:
     """The cheapest valid point within the budget (ties: lower peak), else the lowest peak."""
     ok = [p for p in points if p.sim.valid and p.sim.peak_bytes <= budget]
@@ -393,10 +398,10 @@ def _pick(points: list[_Point], budget: float) -> tuple[_Point, bool]:
 
 
 def _result(name: str, g: Graph, ctx: _Ctx, budget: float | None, points: list[_Point],
-            t0: float, cm: CostModel, details: dict) -> BudgetResult:
+            t0: float, cm: CostModel, details: dict) -> Plan:
     b = math.inf if budget is None else float(budget)
     if not points:
-        return judged(name, b, None, solve_seconds=time.perf_counter() - t0, status="no_solution",
+        return judged(name, g, b, None, solve_seconds=time.perf_counter() - t0, status="no_solution",
                       message="no schedule to evaluate", details=details)
     best, ok = _pick(points, b)
     names = ctx.st.names
@@ -406,7 +411,7 @@ def _result(name: str, g: Graph, ctx: _Ctx, budget: float | None, points: list[_
         details["curve"] = [p.summary() for p in points]
     msg = "" if ok else f"no {name} schedule fits; the lowest peak is {best.sim.peak_bytes} bytes"
     best.schedule.meta.update({"solver": name, "param": best.param})
-    res = judged(name, b, best.schedule, solve_seconds=time.perf_counter() - t0,
+    res = judged(name, g, b, best.schedule, solve_seconds=time.perf_counter() - t0,
                  status="feasible" if ok else "infeasible", cost_model=cm, message=msg,
                  details=details)
     res.S = best.S

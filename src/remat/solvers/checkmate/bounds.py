@@ -10,11 +10,12 @@ import numpy as np
 
 from ...cost.model import CostModel
 from ...graph.graph import Graph
-from ...plans.result import BudgetResult, judged
+from ...plans.plan import Plan, judged
 from ...plans.schedule import Schedule
 from ...plans.simulator import simulate
 from ...plans.stages import schedule_from_rs, solve_r, staged
-from .model import constant_bytes, stage_arrays, stage_workspace, too_large
+from ...cost.model import constant_bytes
+from .model import stage_arrays, stage_workspace, too_large
 
 
 def memory_lower_bound(g: Graph) -> tuple[int, str]:
@@ -65,7 +66,7 @@ def checkpoint_all_peak(g: Graph) -> int:
 
 
 def early_result(solver: str, g: Graph, budget: float, cm: CostModel, details: dict,
-                 t0: float, max_columns: int | None = None) -> BudgetResult | None:
+                 t0: float, max_columns: int | None = None) -> Plan | None:
     """The result that needs no solve, else None: infeasible when ``budget`` is below the
     constant overhead or :func:`memory_lower_bound`; ``"too_large"`` when the model would
     exceed ``max_columns`` (:func:`~remat.solvers.checkmate.model.too_large`). Fills ``details``
@@ -83,5 +84,5 @@ def early_result(solver: str, g: Graph, budget: float, cm: CostModel, details: d
         status, msg = "too_large", too_large(staged(g), max_columns)
     if msg is None:
         return None
-    return judged(solver, budget, None, solve_seconds=time.perf_counter() - t0, status=status,
+    return judged(solver, g, budget, None, solve_seconds=time.perf_counter() - t0, status=status,
                   cost_model=cm, details=details, message=msg)

@@ -28,7 +28,7 @@ from ...cost.model import CostModel, default_cost_model
 from ...graph.graph import Graph
 from ...plans.schedule import Schedule
 from ...plans.simulator import simulate
-from ...plans.result import BudgetResult, judged
+from ...plans.plan import Plan, judged
 from .bounds import early_result
 from .model import build_model
 from .highs import new_highs, run_highs
@@ -47,7 +47,7 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
                  thresholds=DEFAULT_THRESHOLDS, epsilons=DEFAULT_EPSILONS,
                  threads: int | None = None, verbose: bool = False,
                  free_form: str = "tight", refine: bool = True,
-                 max_columns: int | None = None) -> BudgetResult:
+                 max_columns: int | None = None) -> Plan:
     """Two-phase LP rounding at ``budget`` bytes, swept over ``thresholds`` x ``epsilons``.
 
     Returns the cheapest simulated-feasible candidate (status ``"feasible"``) with the LP lower
@@ -73,7 +73,7 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
     lb_bytes = details["memory_lower_bound"]
     st = staged(g)
     if st.n == 0:
-        return judged(NAME, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
+        return judged(NAME, g, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
                       status="feasible", cost_model=cm, lower_bound=0.0, details=details)
 
     tb = time.perf_counter()
@@ -138,7 +138,7 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
     for eps in grid:
         outcome = sweep(eps)
         if outcome == "infeasible":
-            return judged(NAME, budget, None, solve_seconds=elapsed(), status="infeasible",
+            return judged(NAME, g, budget, None, solve_seconds=elapsed(), status="infeasible",
                           cost_model=cm, details={**details, "lps": lps}, message=(
                               f"infeasible budget: the LP relaxation has no solution within "
                               f"{int(budget)} bytes, so no frontier-advancing schedule fits"))
@@ -168,11 +168,11 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
         status = "time_limit" if stopped else "no_solution"
         if stopped:
             msg += "; the time limit stopped the sweep"
-        return judged(NAME, budget, None, solve_seconds=elapsed(), status=status,
+        return judged(NAME, g, budget, None, solve_seconds=elapsed(), status=status,
                       cost_model=cm, lower_bound=lp_bound, details=details, message=msg)
     _, _, thr, eps, sched = best
     details.update(threshold=thr, epsilon=eps)
-    res = judged(NAME, budget, sched, solve_seconds=elapsed(), status="feasible",
+    res = judged(NAME, g, budget, sched, solve_seconds=elapsed(), status="feasible",
                  cost_model=cm, lower_bound=lp_bound, details=details)
     res.S = state["S"]
     return res

@@ -3,7 +3,7 @@
 :func:`checkmate` builds problem 9 over the staged problem (:mod:`remat.solvers.checkmate.model`),
 solves it, rounds the solution's ``R`` and ``S`` (entries above 0.5), emits the schedule with
 Algorithm 1 (:func:`remat.plans.stages.schedule_from_rs`) and lets the simulator judge it
-(:func:`remat.plans.result.judged`). Memory is the simulator's: the constant overhead is the
+(:func:`remat.plans.plan.judged`). Memory is the simulator's: the constant overhead is the
 bytes of the inputs and parameters, ``M_i`` the effective bytes of each value, and a view
 (which shares its base's storage) keeps the base resident in the model while it lives.
 
@@ -33,13 +33,16 @@ import numpy as np
 
 from ...cost.model import CostModel, default_cost_model
 from ...graph.graph import Graph
+from ...plans.plan import Plan, judged
 from ...plans.schedule import Schedule
 from ...plans.simulator import SimResult, simulate
-from ...plans.result import BudgetResult, judged
-from .model import (CheckmateModel, build_model, too_large)
+from ...plans.stages import schedule_from_rs, solve_r, staged
+from ..baselines import BASELINES
+from ..feasible import smallest_feasible
 from .bounds import checkpoint_all_matrix, early_result, memory_lower_bound
 from .highs import new_highs, run_highs
-from ...plans.stages import schedule_from_rs, solve_r, staged
+from .lp_rounding import checkmate_lp
+from .model import CheckmateModel, build_model, too_large
 
 NAME = "checkmate"
 EXPLAIN_SECONDS = 30.0
@@ -59,18 +62,19 @@ def _emit(model: CheckmateModel, x: np.ndarray,
 
 
 def _judge_solution(model: CheckmateModel, x: np.ndarray, budget: float, cm: CostModel,
-                    **kw) -> tuple[BudgetResult, str]:
+                    **kw) -> tuple[Plan, str]:
     """Emit and judge the rounded solution. ``R`` is also re-derived from the rounded ``S``
     with :func:`solve_r` (a subset of any correct ``R``: never more cost nor memory); that
     schedule is used when the simulator rejects the first (rounding noise) or when it drops
     spurious recomputations (the MILP may recompute zero-cost nodes such as tangents)."""
+    g = model.st.graph
     sched, Rb, Sb = _emit(model, x, {"solver": NAME})
-    res = judged(NAME, budget, sched, cost_model=cm, **kw)
+    res = judged(NAME, g, budget, sched, cost_model=cm, **kw)
     res.S = Sb
     R2 = solve_r(model.st, Sb)
     if (R2 == Rb).all():
         return res, ("milp" if res.feasible else "rejected")
-    res2 = judged(NAME, budget, schedule_from_rs(model.st, R2, Sb, {"solver": NAME}),
+    res2 = judged(NAME, g, budget, schedule_from_rs(model.st, R2, Sb, {"solver": NAME}),
                   cost_model=cm, **kw)
     res2.S = Sb
     if res2.feasible and (not res.feasible or (res2.cost, res2.sim.recomputes)
@@ -110,8 +114,6 @@ def baseline_matrices(g: Graph, budget: float, cost_model: CostModel | None = No
                       names=WARM_BASELINES) -> list[tuple[str, np.ndarray]]:
     """The checkpoint matrices of the cheapest schedule of each baseline in ``names`` that
     fits ``budget`` in the simulator (baselines with none are left out)."""
-    from ..baselines import BASELINES
-
     out = []
     for name in names:
         r = BASELINES[name](g, budget, cost_model=cost_model)
@@ -134,8 +136,6 @@ def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
         candidates += baseline_matrices(g, model.budget, cm)
         candidates += [(f"stride {k}", strided_matrix(g, k)) for k in WARM_STRIDES]
         if start == "lp":
-            from .lp_rounding import checkmate_lp
-
             lp = checkmate_lp(g, model.budget, time_limit=lp_time, cost_model=cm)
             if lp.feasible:
                 candidates.insert(0, ("lp rounding", lp.S))
@@ -179,7 +179,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
               cost_model: CostModel | None = None, mip_gap: float = 0.0,
               threads: int | None = None, verbose: bool = False, free_form: str = "tight",
               explain_infeasible: bool = True, warm_start="auto",
-              highs_options: dict | None = None, max_columns: int | None = None) -> BudgetResult:
+              highs_options: dict | None = None, max_columns: int | None = None) -> Plan:
     """The cheapest frontier-advancing schedule of ``g`` within ``budget`` bytes (problem 9).
 
     ``time_limit`` (seconds, the whole call) stops the search: the best schedule found is
@@ -227,7 +227,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     if early is not None:
         return early
     if staged(g).n == 0:
-        return judged(NAME, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
+        return judged(NAME, g, budget, Schedule(g, [], {"solver": NAME}), solve_seconds=elapsed(),
                       status="optimal", cost_model=cm, lower_bound=0.0, details=details)
 
     # attempt 0 is problem 9 as specified; if the simulator rejects its schedule (numerical
@@ -235,7 +235,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     model_budget = budget
     attempts: list[dict] = []
     first_lower = None
-    res: BudgetResult | None = None
+    res: Plan | None = None
     for attempt in range(3):
         tb = time.perf_counter()
         model = build_model(g, model_budget, cm, objective="cost", free_form=free_form)
@@ -250,7 +250,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
             details["root_lp"] = {"status": lp_status, "seconds": round(lp_s, 3),
                                   "bound": lp_bound}
             if lp_status == "infeasible":
-                return judged(NAME, budget, None, solve_seconds=elapsed(), status="infeasible",
+                return judged(NAME, g, budget, None, solve_seconds=elapsed(), status="infeasible",
                               cost_model=cm, details=details, message=(
                                   f"infeasible budget: the LP relaxation has no solution within "
                                   f"{int(model_budget)} bytes, so no frontier-advancing "
@@ -261,7 +261,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
             if lp_bound is None or remaining < 1.5 * lp_s:
                 # the MILP would not get past its root LP in time: keep the starting schedule
                 if x0 is None:
-                    return judged(NAME, budget, None, solve_seconds=elapsed(),
+                    return judged(NAME, g, budget, None, solve_seconds=elapsed(),
                                   status="no_solution", cost_model=cm, lower_bound=first_lower,
                                   details=details, message=(
                                       "no schedule found within the time limit: the root LP "
@@ -287,7 +287,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
             if first_lower is not None:
                 details["lower_bound"] = first_lower
         if out.status == "infeasible" and attempt:
-            return judged(NAME, budget, None, solve_seconds=elapsed(), status="no_solution",
+            return judged(NAME, g, budget, None, solve_seconds=elapsed(), status="no_solution",
                           cost_model=cm, lower_bound=first_lower,
                           details={**details, "attempts": attempts}, message=(
                               f"no schedule found: the MILP's schedule peaked at "
@@ -305,10 +305,10 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
                 msg += (f"; smallest feasible budget found is {mb.budget} bytes"
                         + ("" if mb.status == "optimal" else
                            f" (none exists below {mb.lower_bound} bytes)"))
-            return judged(NAME, budget, None, solve_seconds=elapsed(), status="infeasible",
+            return judged(NAME, g, budget, None, solve_seconds=elapsed(), status="infeasible",
                           cost_model=cm, details=details, message=msg)
         if not out.has_solution:
-            return judged(NAME, budget, None, solve_seconds=elapsed(), status="no_solution",
+            return judged(NAME, g, budget, None, solve_seconds=elapsed(), status="no_solution",
                           cost_model=cm, lower_bound=first_lower, details=details, message=(
                               f"no schedule found within the time limit ({out.highs_status})"))
         status = "optimal" if out.status == "optimal" else (
@@ -374,8 +374,6 @@ def min_budget(g: Graph, *, time_limit: float | None = None,
                          time.perf_counter() - t0, sim)
     big = too_large(st, max_columns)
     if big is not None:
-        from ..auto import smallest_feasible
-
         peak, how = smallest_feasible(g)
         return MinBudget(int(peak), int(lb), "too_large", None, time.perf_counter() - t0,
                          details={"source": how, "message": big})

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...cost.model import CostModel, default_cost_model, effective_bytes, storage
+from ...cost.model import CostModel, constant_bytes, default_cost_model, effective_bytes, storage
 from ...graph.graph import Graph
 from ...plans.stages import Staged, staged
 
@@ -244,12 +244,6 @@ class CheckmateModel:
         h.addRows(self.num_row, self.row_lower, self.row_upper, len(self.row_value),
                   self.row_start[:-1].astype(np.int32), self.row_index.astype(np.int32),
                   self.row_value)
-
-
-def constant_bytes(g: Graph) -> int:
-    """Bytes of the inputs and parameters, counted as the simulator does (per storage)."""
-    owner, sizes = storage(g)
-    return int(sum(sizes[i] for i, n in enumerate(g.nodes) if n.is_primal and owner[i] == i))
 
 
 def stage_arrays(g: Graph, cost_model: CostModel | None = None
@@ -438,9 +432,11 @@ def build_model(g: Graph, budget: float | None, cost_model: CostModel | None = N
     s_t, s_i = np.tril_indices(n, -1)  # S[t, i], i < t
     s_lo = kept[s_i].astype(float)  # kept values stay resident
     s_hi = np.where(kept[s_i] | (hold[s_i] >= s_t), 1.0, 0.0)
-    # a tuple is not a tensor: the forward graph cannot hand it to the backward graph
+    # a tuple is not a tensor: the forward graph cannot hand it to the backward graph; nor can
+    # it hand over a value that may not be saved (must_recompute, can_save=False)
     fw = np.asarray(st.forward_phase, dtype=bool)
-    s_hi[st.container[s_i] & fw[s_i] & ~fw[s_t]] = 0.0
+    cannot = st.container | (g._arrays.cannot_save[np.asarray(st.order, dtype=np.int64)] & ~kept)
+    s_hi[cannot[s_i] & fw[s_i] & ~fw[s_t]] = 0.0
     s_cols = cols(len(s_t), s_lo, s_hi, 0.0, True)
     s_idx = np.full((n, n), -1, dtype=np.int64)
     s_idx[s_t, s_i] = s_cols

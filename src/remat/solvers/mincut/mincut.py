@@ -24,7 +24,7 @@ import numpy as np
 from ...errors import PlanError
 from ...graph.graph import CATEGORIES, Graph
 from ...plans.plan import Plan
-from ...plans.saved_set import _required_forward
+from ...plans.saved_set import _required_forward, backward_work
 from .maxflow import INF, InfiniteCutError, lexicographic_min_cut, min_cut
 
 MODES = ("conservative", "aggressive")
@@ -325,17 +325,30 @@ def mincut(g: Graph, mode: str = "conservative", tie_break: bool = True) -> Plan
         cost = int(sum(int(facts.capacity[g._index[s]]) for s in saved))
     t_end = time.perf_counter()
     return Plan.from_saved_set(
-        g, saved, solver="mincut", options={"mode": mode, "tie_break": tie_break},
+        g, saved, solver=f"mincut-{mode}", options={} if tie_break else {"tie_break": False},
         cost=float(cost), solve_seconds=t_end - t0, banned=ban,
-        stats={"build_seconds": t_build - t0, "maxflow_seconds": t_end - t_build,
-               "flow_vertices": num_vertices, "flow_arcs": len(tails)},
+        details={"build_seconds": t_build - t0, "maxflow_seconds": t_end - t_build,
+                 "flow_vertices": num_vertices, "flow_arcs": len(tails)},
     )
+
+
+def solver(mode: str):
+    """The min cut in ``mode`` with the solvers' signature: a budget, if given, is judged by
+    the simulator (the cut does not search over it: it fits or it does not)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown min-cut mode {mode!r}; use one of {MODES}")
+
+    def solve_mincut(g: Graph, *, budget: float | None = None, cost_model=None,
+                     time_limit: float | None = None, tie_break: bool = True) -> Plan:
+        return mincut(g, mode, tie_break)
+
+    solve_mincut.__name__ = f"mincut_{mode}"
+    solve_mincut.__doc__ = f"seeds/000's fusion-aware min cut, {mode} mode."
+    return solve_mincut
 
 
 def _read_by_backward(g: Graph, saved: list[str]) -> list[str]:
     """The saved values that the backward reads (or returns) when ``saved`` is the saved set."""
-    from ...plans.saved_set import backward_work
-
     work = backward_work(g, saved)
     a = g._arrays
     ins = g.input_indices
@@ -358,4 +371,4 @@ def banned(g: Graph, mode: str = "conservative") -> dict[str, str]:
     return _analyse(g, mode)[1]
 
 
-__all__ = ["mincut", "analyse", "cut_cost", "banned", "MODES"]
+__all__ = ["mincut", "solver", "analyse", "cut_cost", "banned", "MODES"]

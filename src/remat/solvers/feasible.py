@@ -1,0 +1,44 @@
+"""The smallest budget remat can meet cheaply: what an infeasible budget's error states.
+
+Recomputing everything from the inputs, and each baseline at its tightest, are schedules that
+need no search; the least simulated peak among them (and among any plans already made) is a
+budget known to be feasible. It is computed once per graph.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from ..graph.graph import Graph
+from ..plans.plan import Plan
+from ..plans.simulator import simulate
+from ..plans.stages import schedule_from_rs, solve_r, staged
+from .baselines import BASELINES
+
+
+def smallest_feasible(g: Graph, tried: Iterable[Plan] = ()) -> tuple[int, str]:
+    """``(bytes, how)``: the least simulated peak of recompute-all, the baselines at their
+    tightest, and the plans in ``tried`` that have a valid schedule."""
+    best = g._derived("smallest_feasible", _cheapest_schedules)
+    for p in tried:
+        for peak, name in [(p.peak_bytes, p.solver)] + [
+                (t.get("peak_bytes"), t.get("solver")) for t in p.details.get("tried", ())]:
+            if peak is not None and p.status != "invalid" and peak < best[0]:
+                best = (int(peak), name)
+    return best
+
+
+def _cheapest_schedules(g: Graph) -> tuple[int, str]:
+    st = staged(g)
+    S = np.zeros((st.n, st.n), dtype=bool)
+    best = (simulate(schedule_from_rs(st, solve_r(st, S), S)).peak_bytes, "recompute-all")
+    for name, fn in BASELINES.items():
+        try:
+            r = fn(g, 0)
+        except Exception:  # noqa: BLE001 - a baseline that cannot run on this graph is skipped
+            continue
+        if r.peak_bytes is not None and r.peak_bytes < best[0]:
+            best = (int(r.peak_bytes), name)
+    return best

@@ -1,0 +1,194 @@
+"""One registry of solvers, one signature, and the simulator as every solver's judge.
+
+Every solver is a function ``fn(graph, *, budget=None, cost_model=None, time_limit=None,
+**options) -> Plan`` registered here with its name, its family and whether it takes a budget
+(``budget`` reaches it in bytes). :func:`solve` is how everything else calls one: it parses
+and resolves the budget once, checks the options against the solver's own, runs it, and
+replays the plan's schedule in the simulator before returning it (a valid schedule, within
+the budget), whatever the solver; a plan that does not fit raises
+:class:`~remat.errors.InfeasibleBudgetError`. The PyTorch partitioners (``torch-mincut``,
+``no-recompute``) are listed too, so that one list of names serves the API, the command
+line and the benchmarks, but they run on captured fx graphs only (:mod:`remat.lower`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..cost.model import CostModel, constant_bytes, default_cost_model
+from ..errors import InfeasibleBudgetError, OptionError, PlanError
+from ..graph.graph import Graph
+from ..plans.budget import Budget, format_bytes
+from ..plans.plan import Plan
+from .feasible import smallest_feasible
+
+DEFAULT_TIME_LIMIT = 60.0
+"""Seconds a solver may search, per graph, unless told otherwise (API, CLI and bench alike)."""
+
+FAMILIES = ("auto", "mincut", "checkmate", "baselines", "pytorch")
+BUDGET_USE = ("none", "optional", "required")
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    """A registered solver. ``budget``: ``"none"`` (plans without one), ``"optional"`` (judged
+    against one when given) or ``"required"``. ``options``: the keyword options it takes
+    beyond the common ones. ``fn`` is None for the PyTorch partitioners."""
+
+    name: str
+    family: str
+    budget: str
+    description: str
+    fn: Callable[..., Plan] | None
+    options: tuple[str, ...]
+
+    @property
+    def runs_on_graphs(self) -> bool:
+        return self.fn is not None
+
+
+_COMMON = ("budget", "cost_model", "time_limit")
+_REGISTRY: dict[str, SolverInfo] = {}
+
+
+def register(name: str, family: str, budget: str, description: str,
+             fn: Callable[..., Plan] | None = None) -> Callable[..., Plan] | None:
+    """Add a solver (``fn`` may be given later, as a decorator: ``@register(...)``)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown solver family {family!r}; use one of {FAMILIES}")
+    if budget not in BUDGET_USE:
+        raise ValueError(f"budget use {budget!r}: one of {BUDGET_USE}")
+
+    def add(f: Callable[..., Plan] | None):
+        if name in _REGISTRY:
+            raise ValueError(f"solver {name!r} registered twice")
+        options: tuple[str, ...] = ()
+        if f is not None:
+            params = inspect.signature(f).parameters
+            missing = [p for p in _COMMON if p not in params]
+            if missing:
+                raise TypeError(f"solver {name!r} must take keyword arguments {missing}")
+            options = tuple(p for p, v in list(params.items())[1:]
+                            if p not in _COMMON and v.kind is v.KEYWORD_ONLY)
+        _REGISTRY[name] = SolverInfo(name, family, budget, description, f, options)
+        return f
+
+    return add if fn is None and family != "pytorch" else add(fn)
+
+
+def names(*, family: str | None = None, budget: bool | None = None, graphs: bool | None = None) -> list[str]:
+    """Registered solver names: of a ``family``; that take a budget (``budget=True``) or plan
+    without one (``False``); that run on a Graph (``graphs=True``)."""
+    out = []
+    for info in _REGISTRY.values():
+        if family is not None and info.family != family:
+            continue
+        if budget is True and info.budget == "none" or budget is False and info.budget == "required":
+            continue
+        if graphs is not None and info.runs_on_graphs != graphs:
+            continue
+        out.append(info.name)
+    return out
+
+
+def info(name: str) -> SolverInfo:
+    """The registered solver ``name``; :class:`OptionError` listing the names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise OptionError(f"unknown solver {name!r}{hint}; solvers: {', '.join(_REGISTRY)}") from None
+
+
+def check_options(name: str, options: dict[str, Any], budget: Any = None) -> SolverInfo:
+    """The solver ``name``, after checking that it takes ``options`` and ``budget``."""
+    s = info(name)
+    unknown = sorted(set(options) - set(s.options))
+    if unknown:
+        valid = ", ".join(s.options) or "none"
+        raise OptionError(f"solver {name!r} has no option {', '.join(map(repr, unknown))}; "
+                          f"its options: {valid}")
+    if budget is not None and s.budget == "none":
+        takes = ", ".join(names(budget=True))
+        raise OptionError(f"solver {name!r} does not take a memory budget; solvers that do: {takes}")
+    if budget is None and s.budget == "required":
+        raise OptionError(f"solver {name!r} needs a memory budget (budget='6GiB' or a fraction "
+                          "such as 0.6); without one use 'auto' or a mincut solver")
+    return s
+
+
+def check_time_limit(time_limit: float | None) -> float | None:
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) \
+            or math.isnan(time_limit) or time_limit < 0:
+        raise OptionError(f"time_limit {time_limit!r} must be a number of seconds >= 0 (or None: "
+                          "no limit)")
+    return float(time_limit)
+
+
+def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | None = None,
+          cost_model: CostModel | None = None, time_limit: float | None = DEFAULT_TIME_LIMIT,
+          headroom: float = 0.0, **options: Any) -> Plan:
+    """Plan ``graph`` with ``solver``; returns a judged :class:`~remat.plans.Plan`.
+
+    ``budget``: bytes (``"6GiB"``, ``6e9``) or a fraction of the peak without recomputation
+    (``0.6``), read by :class:`~remat.plans.budget.Budget`; ``headroom``: the share of a byte
+    budget left free (:data:`~remat.plans.budget.TORCH_HEADROOM` on a real training step).
+    Raises :class:`~remat.errors.InfeasibleBudgetError` (with the smallest feasible budget
+    found) when the plan does not fit, :class:`~remat.errors.OptionError` for an unknown
+    solver or option, :class:`~remat.errors.PlanError` when the solver returns an invalid
+    schedule.
+
+    >>> from remat.graph.examples import cos_cos_graph
+    >>> solve(cos_cos_graph()).saved_names
+    ['add_2']
+    >>> p = solve(cos_cos_graph(), "checkmate", budget=1.0)
+    >>> p.status, p.recomputes
+    ('optimal', 0)
+    """
+    s = check_options(solver, options, budget)
+    if not s.runs_on_graphs:
+        raise OptionError(f"solver {solver!r} is PyTorch's own partitioner: it runs on captured "
+                          "PyTorch graphs (remat.compile / remat.plan on a model), not on a Graph")
+    time_limit = check_time_limit(time_limit)
+    cm = cost_model or default_cost_model()
+    parsed = None if budget is None else Budget.parse(budget)
+    asked = None if parsed is None else parsed.bytes_for(graph)
+    limit = None if parsed is None else parsed.planned_bytes(graph, headroom)
+    t0 = time.perf_counter()
+    plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=time_limit, **options)
+    plan.solve_seconds = max(plan.solve_seconds, time.perf_counter() - t0)
+    if plan.statements is not None:
+        plan.judge(limit, cm)  # the ensures of every solver: valid, and within the budget
+        if plan.status == "invalid":
+            raise PlanError(f"{solver} returned an invalid schedule for {graph.name!r}: {plan.message}")
+    if parsed is not None:
+        plan.options.update(budget=parsed.text, budget_bytes=asked, planned_bytes=limit)
+        if not plan.feasible:
+            raise infeasible(graph, plan, asked, limit, headroom)
+    return plan
+
+
+def infeasible(g: Graph, plan: Plan, asked: int, limit: int, headroom: float) -> InfeasibleBudgetError:
+    """The error for a budget nothing fits: why, and the smallest feasible budget found."""
+    peak, how = smallest_feasible(g, [plan])
+    if headroom and limit < asked:
+        peak = int(math.ceil(peak / (1.0 - headroom)))  # the budget that leaves the headroom free
+    first = (plan.details.get("tried") or [vars(plan)])[0]  # auto: the MILP's reason first
+    reasons = f"{first['solver']}: {first['status']}" + (f", {first['message']}" if first["message"] else "")
+    others = len(plan.details.get("tried", ())) - 1
+    if others > 0:
+        reasons += f"; {others} other solvers also over budget"
+    room = f" (planned within {format_bytes(limit)}, {headroom:.0%} left free)" if limit < asked else ""
+    return InfeasibleBudgetError(
+        f"no schedule of {g.name!r} fits the budget of {format_bytes(asked)}{room} ({reasons}). The "
+        f"smallest feasible budget found is {format_bytes(peak)} ({peak} bytes, by {how}); inputs "
+        f"and parameters alone take {format_bytes(constant_bytes(g))}.",
+        smallest_feasible=peak, plan=plan)
