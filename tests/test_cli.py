@@ -75,3 +75,63 @@ def test_demo_runs_every_method(tmp_path):
     assert by[("cos-cos", "eager")]["saved_tensors"] == 2
     assert by[("cos-cos", "mincut-conservative")]["saved_tensors"] == 1
     assert by[("dropout-mask", "mincut-conservative")]["saved_bytes"] == 512  # the bool mask
+
+
+def test_bad_arguments_print_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "cos.json"
+    save_graph(cos_cos_graph(), path)
+    cases = [
+        (["--budget", "abc"], "budget 'abc' is not understood"),
+        (["--budget", "1.5"], "neither a fraction in (0, 1] nor a byte count"),
+        (["--solver", "foo"], "unknown solver 'foo'; solvers: auto, mincut-conservative"),
+        (["--time-limit", "-1"], "time_limit -1.0 must be a number of seconds >= 0"),
+        (["--solver", "checkmate"], "needs a memory budget"),
+        (["--solver", "torch-mincut"], "PyTorch's own partitioner"),
+    ]
+    for args, message in cases:
+        r = run_cli("plan", str(path), *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.strip().count("\n") == 0 and message in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_plan_with_a_budget_uses_compile_s_planner_headroom_and_error(tmp_path, capsys):
+    path = tmp_path / "cos.json"
+    save_graph(cos_cos_graph(), path)
+    assert main(["plan", str(path), "--solver", "auto", "--budget", "0.9", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["feasible"] and out["peak_bytes"] <= out["budget"] == out["options"]["budget_bytes"]
+    assert out["options"]["planned_bytes"] == out["options"]["budget_bytes"]  # a fraction: no headroom
+    assert main(["plan", str(path), "--budget", "36KiB", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["options"]["planned_bytes"] == int(36 * 1024 * 0.99)  # remat.compile's TORCH_HEADROOM
+    # a budget no plan meets: exit 1, the error of remat.compile (the smallest feasible budget)
+    r = run_cli("plan", str(path), "--budget", "20KiB")
+    assert r.returncode == 1 and "smallest feasible budget found is" in r.stderr
+    r = run_cli("plan", str(path), "--budget", "20KiB", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and not out["feasible"] and out["details"]["smallest_feasible"] > 20 * 1024
+
+
+def test_plan_json_loads_back_with_its_schedule(tmp_path, capsys):
+    from remat.plans import Plan, simulate
+
+    path = tmp_path / "cos.json"
+    save_graph(cos_cos_graph(), path)
+    for args in ([], ["--solver", "checkmate", "--budget", "0.9"], ["--solver", "griewank", "--budget", "1.0"]):
+        assert main(["plan", str(path), "--json", *args]) == 0
+        d = json.loads(capsys.readouterr().out)
+        plan = Plan.from_dict(d, graph=load_graph(path))
+        assert plan.to_dict() == d
+        assert simulate(plan.schedule()).peak_bytes == d["peak_bytes"]
+
+
+def test_a_zero_time_limit_is_honoured():
+    """The MILP on ResNet50 ran 54 s with --time-limit 0; now it stops before building."""
+    from paths import CHECKMATE_DIR
+
+    r = run_cli("plan", str(CHECKMATE_DIR / "ResNet50_256_224_224_3_train_nx.json"), "--solver", "checkmate",
+                "--budget", "0.6", "--time-limit", "0", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["status"] == "no_solution"
+    assert "time limit (0 s) ran out" in out["message"]

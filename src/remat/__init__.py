@@ -19,6 +19,8 @@ cost, plans and solvers do not import torch; ``compile``/``plan`` do.
 
 from __future__ import annotations
 
+import sys
+
 from .errors import (BudgetError, GraphError, InfeasibleBudgetError, OptionError, PlanError,
                      RematError, RematFallbackWarning, UnsupportedGraphError)
 from .graph import Graph, Node, load_graph, save_graph
@@ -42,8 +44,6 @@ def _register() -> None:
     """Register ``backend="remat"`` now if torch is loaded; otherwise the package's
     ``torch_dynamo_backends`` entry point registers it when torch looks the name up, so
     that the torch-free layers (graph, solvers, plans) can be imported without torch."""
-    import sys
-
     if "torch" in sys.modules:
         from .lower.backend import register_backend
 

@@ -20,6 +20,7 @@ import math
 from typing import Sequence
 
 import numpy as np
+from scipy.stats import spearmanr
 
 TOLERANCE = 0.25
 
@@ -40,27 +41,11 @@ def _val(x) -> float | None:
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (scipy's when installed), None when undefined."""
+    """Spearman's rank correlation, None when undefined."""
     if len(x) < 2 or len(set(x)) < 2 or len(set(y)) < 2:
         return None
-    try:
-        from scipy.stats import spearmanr
-
-        r = spearmanr(x, y).statistic
-        return None if r is None or math.isnan(r) else float(r)
-    except ImportError:
-        rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
-        return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def _ranks(a: np.ndarray) -> np.ndarray:
-    order = a.argsort(kind="mergesort")
-    r = np.empty(len(a))
-    r[order] = np.arange(len(a), dtype=float)
-    for v in np.unique(a):  # average ranks of ties
-        m = a == v
-        r[m] = r[m].mean()
-    return r
+    r = spearmanr(x, y).statistic
+    return None if r is None or math.isnan(r) else float(r)
 
 
 def rel_error(measured: float, predicted: float) -> float:

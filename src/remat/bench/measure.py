@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..cost.model import CostModel, storage
 from ..plans.simulator import simulate
@@ -135,8 +136,6 @@ def memory_events(step: Step, device="cpu", *, lead_in: bool = True) -> list[tup
     ``lead_in`` one more step runs under the profiler first: the measured step then sees
     the frees of what the step before it left (gradients set to None), as the CUDA
     allocator's statistics do."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     activities = [ProfilerActivity.CPU]
     if _is_cuda(device):
         activities.append(ProfilerActivity.CUDA)

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .. import zoo
 from ..api import compile as remat_compile
@@ -193,8 +194,6 @@ class Checkpointed(nn.Module):
         self.module = module
 
     def forward(self, *args, **kwargs):
-        from torch.utils.checkpoint import checkpoint
-
         return checkpoint(self.module, *args, use_reentrant=False, **kwargs)
 
 

@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from rich.table import Table
+
 RESULTS_FORMAT = "remat.bench.results"
 RESULTS_VERSION = 1
 BASELINE = "no-recompute"
@@ -185,8 +187,6 @@ def write_all(records: Sequence[dict], out_dir: str | Path, meta: dict | None = 
 
 def rich_table(records: Sequence[dict], title: str = "remat bench"):
     """The same table for the console (rich)."""
-    from rich.table import Table
-
     t = Table(title=title)
     for c in COLUMNS:
         t.add_column(c, justify="left" if c in ("model", "size", "method", "status") else "right",

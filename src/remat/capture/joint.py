@@ -23,6 +23,7 @@ import torch.fx as fx
 from torch._functorch import config as functorch_config
 from torch._functorch import partitioners as P
 from torch.fx.experimental.proxy_tensor import is_sym_node
+from torch.utils.checkpoint import CheckpointPolicy
 
 TESTED_TORCH = ("2.13",)
 aten = torch.ops.aten
@@ -92,8 +93,6 @@ def prepare_joint(gm: fx.GraphModule, num_fwd_outputs: int,
 
 
 def must_save_tag(node: fx.Node) -> bool:
-    from torch.utils.checkpoint import CheckpointPolicy
-
     return (node.meta.get("recompute") == CheckpointPolicy.MUST_SAVE
             or P._has_tag_must_be_in_forward(node))
 

@@ -15,6 +15,8 @@ from typing import Collection
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental import symbolic_shapes as ss
+from torch.utils.flop_counter import flop_registry
 from torch.utils._pytree import tree_map
 
 from ..errors import UnsupportedGraphError
@@ -97,8 +99,6 @@ def _check_supported(node: fx.Node) -> None:
 
 def _hint(x) -> int:
     """A symbolic size's value for the shapes being compiled (planning uses these)."""
-    from torch.fx.experimental import symbolic_shapes as ss
-
     for name in ("optimization_hint", "guarding_hint_or_throw", "size_hint", "hint_int"):
         fn = getattr(ss, name, None)  # the name changes between torch releases
         if fn is not None:
@@ -175,8 +175,6 @@ def _module_path(node: fx.Node) -> str | None:
 
 
 def _flops(node: fx.Node, out_bytes_numel: int) -> float:
-    from torch.utils.flop_counter import flop_registry
-
     packet = _packet(node)
     if packet in flop_registry:
         def to_val(a):

@@ -9,8 +9,6 @@ which :meth:`remat.Plan.from_dict` reads back.
 
 from __future__ import annotations
 
-import json
-
 from ..errors import InfeasibleBudgetError
 from ..graph.io import load_graph
 from ..plans.budget import TORCH_HEADROOM, Budget

@@ -21,6 +21,7 @@ solvers read it. Example::
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import numbers
 import operator
@@ -344,8 +345,6 @@ def _toposort(nodes: list[Node]):
 
 
 def _kahn(nodes: list[Node], position: dict[str, int]) -> list[int]:
-    import heapq
-
     indegree = [len(set(n.inputs)) for n in nodes]
     users: list[list[int]] = [[] for _ in nodes]
     for i, n in enumerate(nodes):

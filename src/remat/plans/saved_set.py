@@ -18,7 +18,9 @@ from ..graph.graph import Graph
 
 
 def required_forward(g: Graph) -> list[bool]:
-    """Nodes the forward pass must compute: ancestors of the forward outputs.
+    """Nodes the forward pass must compute: ancestors of the forward outputs, of the side
+    effects nothing reads (a running-statistics update: PyTorch runs it in the forward) and of
+    the values flagged ``must_save`` (computed in the forward, never again).
 
     When no node is flagged ``is_output`` every forward node counts as required.
     """
@@ -35,6 +37,8 @@ def _compute_required_forward(g: Graph) -> list[bool]:
     outputs = a.is_output & a.forward
     if not outputs.any():
         return a.forward.tolist()
+    # side effects nothing reads run in the forward, and so do values that must be saved
+    outputs = outputs | (a.forward & ~a.primal & ((np.diff(a.user_ptr) == 0) | a.must_save))
     # one sweep against the topological order: a forward node is required when a user is
     req = outputs.tolist()
     ptr, users = a.user_lists

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import PlanError
 from ..graph.graph import Graph
+from .saved_set import _required_forward, backward_work
 
 OPS = ("compute", "free")
 """Statement kinds. Offload and reload will join them (MAGIS-style swapping)."""
@@ -101,8 +102,6 @@ def never_recomputed(g: Graph) -> np.ndarray:
 def required_nodes(g: Graph) -> np.ndarray:
     """Nodes every schedule must compute at least once: the forward values the outputs need
     and every backward node (tangents included); primals are resident, not computed."""
-    from .saved_set import _required_forward
-
     a = g._arrays
     req = np.array(_required_forward(g), dtype=bool) | ~a.forward
     return req & ~a.primal
@@ -111,15 +110,13 @@ def required_nodes(g: Graph) -> np.ndarray:
 def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     """Lower a saved-set plan to a Schedule, as PyTorch runs it.
 
-    Forward: the required forward nodes and the side effects nothing reads (with their
-    inputs) in graph order, each value freed after its last forward use unless it is saved or
-    kept to the end. Backward: tangents first, then the
+    Forward: the required forward nodes (:func:`~remat.plans.saved_set.required_forward`:
+    what the outputs and the side effects need) in graph order, each value freed after its
+    last forward use unless it is saved or kept to the end. Backward: tangents first, then the
     backward nodes in graph order, each unsaved forward value it needs computed on demand
     just before its first use (as PyTorch's partitioner reorders recomputation to mimic the
     autograd engine); every value is freed after its last backward use.
     """
-    from .saved_set import backward_work
-
     saved = list(dict.fromkeys(saved))
     work = backward_work(g, saved)
     if work.missing_inputs:
@@ -133,12 +130,10 @@ def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     is_saved[[g.index(s) for s in saved]] = True
     req = required_nodes(g)
 
-    # the forward computes what its outputs need, every saved value and every side effect
-    # nothing reads (a running-statistics update, which PyTorch runs in the forward), with
-    # their ancestors
+    # the forward computes what its outputs and side effects need (required_nodes) and every
+    # saved value, with its ancestors
     in_fwd = req & a.forward
-    sinks = a.forward & ~a.primal & ~a.is_output & (np.diff(a.user_ptr) == 0)
-    stack = [i for i in np.flatnonzero((is_saved | sinks) & ~in_fwd & ~a.primal).tolist()]
+    stack = [i for i in np.flatnonzero(is_saved & ~in_fwd & ~a.primal).tolist()]
     while stack:
         i = stack.pop()
         if in_fwd[i] or a.primal[i]:

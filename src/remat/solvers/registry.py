@@ -185,7 +185,7 @@ def infeasible(g: Graph, plan: Plan, asked: int, limit: int, headroom: float) ->
     reasons = f"{first['solver']}: {first['status']}" + (f", {first['message']}" if first["message"] else "")
     others = len(plan.details.get("tried", ())) - 1
     if others > 0:
-        reasons += f"; {others} other solvers also over budget"
+        reasons += f"; none of the {others} other solvers fits either"
     room = f" (planned within {format_bytes(limit)}, {headroom:.0%} left free)" if limit < asked else ""
     return InfeasibleBudgetError(
         f"no schedule of {g.name!r} fits the budget of {format_bytes(asked)}{room} ({reasons}). The "

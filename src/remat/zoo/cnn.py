@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _to_device_loss, register
+from .registry import _to_device_loss, register
 from .mlp import cross_entropy
 
 

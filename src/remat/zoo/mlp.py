@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _to_device_loss, register
+from .registry import _to_device_loss, register
 
 _SIZES = {"tiny": (16, 32, 64, 2, 10), "small": (256, 512, 1024, 4, 100), "full": (1024, 1024, 4096, 8, 1000)}
 

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import nn
 
-from . import register
+from .registry import register
 
 # -- the seeds' worked examples as functions (also the demo's) ---------------------------------
 

@@ -51,7 +51,7 @@ import warnings
 import torch
 from torch import nn
 
-from . import register
+from .registry import register
 
 # d, m, n, q, b, mc
 _SIZES = {"tiny": (3, 2, 12, 3, 2, 8), "small": (6, 2, 64, 5, 16, 128), "full": (6, 2, 256, 8, 64, 128)}

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import _to_device_loss, register
+from .registry import _to_device_loss, register
 from .mlp import cross_entropy
 
 # layers, width, heads, feed-forward, vocab (or classes), sequence (or image), batch

@@ -3,9 +3,11 @@ time limits that hold (interrupt callbacks), and the outcome in remat's terms.""
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 
 from .model import CheckmateModel
@@ -27,10 +29,6 @@ class HighsOutcome:
 def new_highs(model: CheckmateModel, *, relax: bool = False, threads: int | None = None,
               verbose: bool = False, options: dict | None = None):
     """A ``highspy.Highs`` holding ``model`` (integrality dropped when ``relax``)."""
-    try:
-        import highspy
-    except ImportError as e:  # pragma: no cover - highspy is a solver dependency
-        raise ImportError("the Checkmate solvers need highspy (pip install highspy==1.12.0)") from e
     h = highspy.Highs()
     h.setOptionValue("output_flag", bool(verbose))
     if threads is not None:
@@ -50,8 +48,6 @@ def _deadline(h, deadline: float | None):
     if deadline is None:
         yield
         return
-    import time
-
     def stop_when_late(event) -> None:
         if time.perf_counter() >= deadline:
             event.interrupt()
@@ -69,10 +65,6 @@ def _deadline(h, deadline: float | None):
 def run_highs(h, *, time_limit: float | None = None, mip_gap: float | None = None,
               mip: bool = True) -> HighsOutcome:
     """Run ``h`` and read back the status, the incumbent and the bound."""
-    import time
-
-    import highspy
-
     h.setOptionValue("time_limit", float(time_limit) if time_limit is not None else np.inf)
     if mip_gap is not None:
         h.setOptionValue("mip_rel_gap", float(mip_gap))
@@ -95,7 +87,6 @@ def run_highs(h, *, time_limit: float | None = None, mip_gap: float | None = Non
     else:
         dual = obj if status == "optimal" else None
         gap, nodes = None, 0
-    del highspy
     return HighsOutcome(status, raw, has, x, obj, dual, gap, nodes, seconds)
 
 

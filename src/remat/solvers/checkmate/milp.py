@@ -111,19 +111,22 @@ MILP's incumbent is never costlier than theirs."""
 
 
 def baseline_matrices(g: Graph, budget: float, cost_model: CostModel | None = None,
-                      names=WARM_BASELINES) -> list[tuple[str, np.ndarray]]:
+                      names=WARM_BASELINES, time_limit: float | None = None) -> list[tuple[str, np.ndarray]]:
     """The checkpoint matrices of the cheapest schedule of each baseline in ``names`` that
-    fits ``budget`` in the simulator (baselines with none are left out)."""
+    fits ``budget`` in the simulator (baselines with none are left out); ``time_limit``
+    seconds for all of them."""
     out = []
+    t0 = time.perf_counter()
     for name in names:
-        r = BASELINES[name](g, budget, cost_model=cost_model)
+        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+        r = BASELINES[name](g, budget, cost_model=cost_model, time_limit=left)
         if r.feasible and r.S is not None:
             out.append((name, r.S))
     return out
 
 
 def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
-                lp_time: float | None = None) -> tuple[np.ndarray | None, str]:
+                lp_time: float | None = None, time_left: float | None = None) -> tuple[np.ndarray | None, str]:
     """The cheapest of the starting schedules that fits in the model's accounting
     (``"auto"``: checkpoint-all, the baselines of :data:`WARM_BASELINES` at the budget, then
     :func:`strided_matrix` for :data:`WARM_STRIDES`; ``"lp"``: those and the LP rounding's
@@ -133,7 +136,7 @@ def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
             raise ValueError("warm_start must be 'auto', 'lp', None or a checkpoint matrix, "
                              f"not {start!r}")
         candidates = [("checkpoint-all", checkpoint_all_matrix(g))]
-        candidates += baseline_matrices(g, model.budget, cm)
+        candidates += baseline_matrices(g, model.budget, cm, time_limit=time_left)
         candidates += [(f"stride {k}", strided_matrix(g, k)) for k in WARM_STRIDES]
         if start == "lp":
             lp = checkmate_lp(g, model.budget, time_limit=lp_time, cost_model=cm)
@@ -237,13 +240,18 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     first_lower = None
     res: Plan | None = None
     for attempt in range(3):
+        if time_limit is not None and elapsed() >= time_limit and res is None:
+            return judged(NAME, g, budget, None, solve_seconds=elapsed(), status="no_solution",
+                          cost_model=cm, details=details, message=(
+                              f"the time limit ({time_limit:g} s) ran out before the MILP was built"))
         tb = time.perf_counter()
         model = build_model(g, model_budget, cm, objective="cost", free_form=free_form)
         details.update(model=model.stats, build_seconds=round(time.perf_counter() - tb, 3))
         x0 = None
         if warm_start is not None:
             lp_time = None if time_limit is None else max(0.0, time_limit - elapsed()) / 2
-            x0, details["warm_start"] = _warm_start(model, g, warm_start, cm, lp_time)
+            x0, details["warm_start"] = _warm_start(model, g, warm_start, cm, lp_time,
+                                                    None if time_limit is None else time_limit - elapsed())
         remaining = None if time_limit is None else max(0.0, time_limit - elapsed())
         if remaining is not None and model.num_col > ROOT_PROBE_COLUMNS:
             lp_status, lp_bound, lp_s = _root_probe(model, threads, verbose, 0.9 * remaining)

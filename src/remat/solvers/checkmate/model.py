@@ -67,6 +67,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import highspy
 import numpy as np
 
 from ...cost.model import CostModel, constant_bytes, default_cost_model, effective_bytes, storage
@@ -232,8 +233,6 @@ class CheckmateModel:
 
     def to_highs(self, h, *, relax: bool = False) -> None:
         """Pass the model to ``h`` (a ``highspy.Highs``) in bulk."""
-        import highspy
-
         nc = self.num_col
         h.addCols(nc, self.col_cost, self.col_lower, self.col_upper, 0,
                   np.zeros(nc, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))

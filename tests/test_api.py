@@ -1,0 +1,209 @@
+"""The public API as a new user meets it: errors caught by their class around a training step,
+keyword inputs, every option checked, budgets read strictly, plans that print usefully and
+round-trip through JSON with their schedule, and compile caches left on."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import remat
+from remat.graph.examples import cos_cos_graph
+from remat.plans import Decision, Plan, simulate
+from remat.plans.budget import Budget
+from remat.zoo.mlp import MLP
+from remat.zoo.patterns import f1
+from remat.zoo.transformers_models import gpt2_tiny
+
+
+def test_an_infeasible_budget_is_caught_by_its_class_around_the_training_step():
+    step = remat.compile(MLP(), budget="1KiB", compiler="eager")
+    with pytest.raises(remat.InfeasibleBudgetError) as e:
+        step(torch.randn(16, 32)).sum().backward()
+    assert isinstance(e.value, remat.RematError)
+    assert "smallest feasible budget found is" in str(e.value)
+    assert "functools.partial" not in str(e.value) and "BackendCompilerFailed" not in str(e.value)
+    assert e.value.smallest_feasible > 1024
+    assert e.value.plan is not None and not e.value.plan.feasible
+
+
+def test_strict_errors_are_caught_by_their_class():
+    def with_cond(x):
+        return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,)) * 2
+
+    with pytest.raises(remat.UnsupportedGraphError, match="higher-order op 'cond'"):
+        remat.compile(with_cond, compiler="eager", strict=True)(torch.randn(8, requires_grad=True))
+
+
+class KeywordModel(nn.Module):
+    """A model whose second input is keyword-only: positional binding cannot reach it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x, *, scale=None, shift=None):
+        y = self.lin(x)
+        if scale is not None:
+            y = y * scale
+        return y + shift if shift is not None else y
+
+
+def test_plan_passes_keyword_inputs_to_the_model():
+    x = torch.randn(4, 8)
+    plain = remat.plan(KeywordModel(), x).graph
+    keyed = remat.plan(KeywordModel(), x, scale=torch.randn(4, 8), shift=torch.randn(4, 8)).graph
+    assert sum(n.role == "input" for n in keyed) == sum(n.role == "input" for n in plain) + 2
+    lm = gpt2_tiny()
+    ids = torch.randint(0, 256, (2, 16))
+    p = remat.plan(lm, input_ids=ids, labels=ids)  # Hugging Face's calling convention
+    outputs = [n for n in p.graph if n.is_output and n.is_forward]
+    assert any(n.shape == () for n in outputs), "the loss (labels given by keyword) is an output"
+
+
+def test_unknown_options_raise_and_name_the_valid_ones():
+    with pytest.raises(remat.OptionError, match="unknown option 'foo'.*remat's options: solver, budget"):
+        remat.compile(MLP(), foo=1)
+    with pytest.raises(TypeError):  # OptionError is a ValueError, and remat.compile's TypeError stays Python's
+        remat.compile(MLP(), "auto")
+    with pytest.raises(remat.OptionError, match="has no option .warp.; its options: mip_gap, threads"):
+        remat.compile(MLP(), solver="checkmate", budget=0.8, solver_options={"warp": 9})
+    with pytest.raises(remat.OptionError, match="unknown torch.compile mode"):
+        remat.compile(MLP(), mode="ludicrous")
+    with pytest.raises(remat.OptionError, match="neither one of remat's"):
+        remat.compile(MLP(), options={"not_an_inductor_option": 1})
+    with pytest.raises(remat.OptionError, match="time_limit -1 must be"):
+        remat.compile(MLP(), time_limit=-1)
+    with pytest.raises(remat.OptionError, match="unknown solver 'mincut' \\(did you mean"):
+        remat.compile(MLP(), solver="mincut")
+    x = torch.randn(16, 32)
+    with pytest.raises(remat.OptionError, match="unknown option 'solvr'"):
+        torch.compile(MLP(), backend="remat", options={"solvr": "auto", "compiler": "eager"})(x)
+
+
+def test_compile_forwards_solver_options_and_torch_compile_arguments():
+    plans = []
+    torch.manual_seed(0)
+    xs = [torch.randn(64, requires_grad=True) for _ in range(4)]
+    step = remat.compile(f1, solver="checkmate", budget=1.0, solver_options={"threads": 1, "mip_gap": 0.0},
+                         compiler="eager", fullgraph=True, dynamic=False,
+                         on_plan=lambda g, p: plans.append(p))
+    step(*xs).sum().backward()
+    (p,) = plans
+    assert p.solver == "checkmate" and p.feasible and p.options["budget"] == "1.0"
+    # torch.compile's own mode reaches inductor, not remat
+    step = remat.compile(f1, mode="max-autotune-no-cudagraphs", compiler="eager", on_plan=lambda g, p: plans.append(p))
+    step(*xs).sum().backward()
+    assert plans[-1].solver == "mincut-conservative"
+
+
+@pytest.mark.parametrize("budget", [1.5, "1.5", "abc", -1, 0, True, "150%", float("nan")])
+def test_budgets_that_are_neither_a_fraction_nor_bytes_are_refused(budget):
+    with pytest.raises(remat.BudgetError):
+        Budget.parse(budget)
+    with pytest.raises(ValueError):
+        remat.compile(MLP(), budget=budget)
+
+
+def test_budgets_read_as_users_write_them():
+    assert (Budget.parse(0.6).kind, Budget.parse(0.6).value) == ("fraction", 0.6)
+    assert Budget.parse("60%").value == pytest.approx(0.6)
+    assert Budget.parse(1).kind == "fraction"
+    assert (Budget.parse("6GiB").kind, Budget.parse("6GiB").value) == ("bytes", 6 * 2**30)
+    assert Budget.parse(6e9).value == 6e9 and Budget.parse("1e9").kind == "bytes"
+    assert Budget.parse("1.5GiB").value == 1.5 * 2**30
+
+
+def test_print_plan_on_a_real_model_names_modules_and_keeps_params_apart():
+    lm = gpt2_tiny()
+    ids = torch.randint(0, 256, (2, 16))
+    p = remat.plan(lm, input_ids=ids, labels=ids)
+    text = str(p)
+    assert p.graph_name.startswith("GPT2LMHeadModel_")
+    assert "transformer.h.1.mlp.c_fc" in text and "saved for the backward:" in text
+    assert "inputs and parameters, held anyway" in text
+    listed = {line.split()[0] for line in text.splitlines() if line.startswith("    ")}
+    params = {s.name for s in p.saved if s.role != "activation"}
+    assert params and not listed & params
+    assert {s.module for s in p.saved_activations if s.module} >= {"transformer.h.0.attn", "lm_head"}
+
+
+def test_each_graph_of_a_step_has_a_distinct_name():
+    class Broken(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            x = self.a(x).relu()
+            torch._dynamo.graph_break()
+            return self.b(x).tanh()
+
+    plans = remat.plan_all(Broken(), torch.randn(4, 8))
+    names = [p.graph_name for p in plans]
+    assert len(names) == 2 and len(set(names)) == 2 and all(n.startswith("Broken_") for n in names)
+
+
+def test_plan_round_trips_through_json_with_its_schedule():
+    g = cos_cos_graph()
+    for plan in (remat.solve(g), remat.solve(g, "checkmate", budget=0.9), remat.solve(g, "chen-greedy", budget=1.0)):
+        d = json.loads(plan.to_json())
+        back = Plan.from_dict(d, graph=g)
+        assert back.to_dict() == plan.to_dict()
+        assert back.statements == plan.statements and back.decisions == plan.decisions
+        assert simulate(back.schedule()).peak_bytes == plan.peak_bytes
+    with pytest.raises(remat.PlanError, match="version"):
+        Plan.from_dict({**d, "version": 1})
+    with pytest.raises(remat.PlanError, match="needs the graph|load the graph"):
+        Plan.from_dict(d).schedule()
+
+
+def test_decisions_mirror_the_schedule():
+    """Every forward value the backward uses is saved or recomputed; the schedule says the same:
+    a saved value is computed once, before the backward; a recomputed one again after."""
+    g = cos_cos_graph()
+    for plan in (remat.solve(g), remat.solve(g, "mincut-aggressive"), remat.solve(g, "checkmate", budget=0.9)):
+        saved = {s.name for s in plan.saved_activations}
+        assert {n for n, d in plan.decisions.items() if d is Decision.SAVE} == saved
+        assert {n for n, d in plan.decisions.items() if d is Decision.RECOMPUTE} == \
+            set(plan.recomputed) | set(plan.moved_to_backward)
+        counts = plan.schedule().compute_counts()
+        assert all(counts[n] == 1 for n in saved)
+        assert all(counts[n] == 2 for n in plan.recomputed)
+
+
+def test_every_solver_s_plan_is_judged_by_the_simulator():
+    g = cos_cos_graph()
+    for name in remat.solvers.names(graphs=True):
+        budget = None if remat.solvers.info(name).budget == "none" else 1.0
+        p = remat.solve(g, name, budget=budget)
+        sim = simulate(p.schedule())
+        assert sim.valid and p.peak_bytes == sim.peak_bytes and p.feasible, name
+        if budget is not None:
+            assert p.peak_bytes <= p.budget, name
+
+
+@pytest.mark.inductor
+def test_planning_with_a_callback_keeps_the_compile_caches(tmp_path):
+    """on_plan no longer stops inductor and AOTAutograd from caching: the first process saves
+    the compiled step, the second loads it (and, planning nothing, calls no callback)."""
+    code = ("import torch, remat\n"
+            "from torch._dynamo.utils import counters\n"
+            "plans = []\n"
+            "f = remat.compile(lambda x: x.cos().cos(), on_plan=lambda g, p: plans.append(p))\n"
+            "f(torch.randn(64, requires_grad=True)).sum().backward()\n"
+            "print(len(plans), dict(counters['aot_autograd']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_FORCE_DISABLE_CACHES"}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path)
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+        assert "Failed to pickle cache key" not in r.stderr
+    first, second = (r.stdout.strip().splitlines()[-1] for r in runs)
+    assert first.startswith("1 ") and "autograd_cache_saved" in first
+    assert second.startswith("0 ") and "autograd_cache_hit" in second
