@@ -68,7 +68,7 @@ def main() -> None:
               f"({_fmt_bytes(r.plan.options['planned_bytes'])}) | {_fmt_bytes(r.sim.peak_bytes)} | "
               f"{_fmt_bytes(r.measured_total)} | {ok} | {_fmt_bytes(r.measured)} / "
               f"{_fmt_bytes(r.predicted)} ({r.predicted / r.measured - 1:+.1%}) | "
-              f"{r.grad_error:.1e} | {r.plan.stats.get('schedule_recomputes')} |", flush=True)
+              f"{r.grad_error:.1e} | {r.plan.recomputes} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-from remat.solvers.auto import budget_solvers
+from remat.solvers import info
 from remat.graph.graph import Graph
 from remat.graph.io import load_graph
 from remat.graph.batch import base_batch_of
@@ -101,7 +101,6 @@ def run(model: str, input_mode: str, solvers: list[str], time_limit: float, gpu_
     fixed = 2 * 4 * (params or 0)
     budget = gpu_bytes - fixed
     limit = one_forward_overhead(g)
-    table = budget_solvers()
     out = {"model": model, "graph": path.name, "input": input_mode, "base_batch": base,
            "params": params, "fixed_bytes": fixed, "gpu_bytes": gpu_bytes, "budget_bytes": budget,
            "max_overhead": limit, "time_limit": time_limit, "solvers": {}}
@@ -109,7 +108,7 @@ def run(model: str, input_mode: str, solvers: list[str], time_limit: float, gpu_
         f"2 x {params or 0} params x 4 B; cost limit {limit:.4f} x no-recompute cost")
     best_baseline = None
     for s in solvers:
-        fn = table[s]
+        fn = info(s).fn
         solve = (lambda gg, b, fn=fn: fn(gg, b, time_limit=time_limit)) if s in TIMED else fn
         start = best_baseline if (s in TIMED and warm_start and best_baseline) else base
 

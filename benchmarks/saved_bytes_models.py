@@ -3,7 +3,7 @@ with the max gradient difference to eager autograd (no-codegen compiler; CPU).
 
     PYTHONPATH=src python benchmarks/saved_bytes_models.py
 """
-import torch, remat, time, sys, warnings
+import torch, remat, time, sys
 from remat.zoo.cnn import ConvBN
 from remat.zoo.mlp import MLP
 from remat.zoo.patterns import TransformerBlock
@@ -22,7 +22,7 @@ for name, m, inp in cases():
         out = ref(*inp); (out.float().pow(2).sum() if out.dim() else out).backward()
         plans = []
         t = time.time()
-        c = remat.compile(test, mode=mode, compiler=compiler, strict=True, on_plan=lambda g, p: plans.append(p))
+        c = remat.compile(test, solver=f"mincut-{mode}", compiler=compiler, strict=True, on_plan=lambda g, p: plans.append(p))
         out2 = c(*inp); (out2.float().pow(2).sum() if out2.dim() else out2).backward()
         err = max((a.grad - b.grad).abs().max().item() for a, b in zip(ref.parameters(), test.parameters()) if a.grad is not None)
         tp = remat.plan(copy.deepcopy(m), *inp, solver="torch-mincut")

@@ -21,10 +21,10 @@ times are CPU context only. Tables (``--tables``):
              (:func:`remat.bench.measure.max_batch_size`, measured peak memory), e.g. hf_GPT2
              32 (none) -> 56 (min cut) on an A100.
 
-Methods (:mod:`remat.bench.methods`): ``eager``; ``compile`` (torch.compile, PyTorch's
-min-cut partitioner); ``no-recompute`` (saves what autograd saves); ``checkpoint`` (the whole
-pattern under ``torch.utils.checkpoint``, compiled: the seeds' "naive checkpointing" /
-"recompute everything"); ``remat-conservative``; ``remat-aggressive``. Compiler: inductor
+Methods (:mod:`remat.bench.methods`): ``eager``; ``torch-mincut`` (torch.compile, PyTorch's
+min-cut partitioner); ``no-recompute`` (saves what autograd saves); ``torch-checkpoint`` (the
+whole pattern under ``torch.utils.checkpoint``, compiled: the seeds' "naive checkpointing" /
+"recompute everything"); ``mincut-conservative``; ``mincut-aggressive``. Compiler: inductor
 (real kernels) for the timing tables; the max-batch search uses the codegen-free compiler by
 default (``--maxbatch-compiler``; inductor recompiles at every probed batch) and checks the
 peak against inductor at one batch (``--no-inductor-check`` skips that).
@@ -281,7 +281,7 @@ def side_by_side(case, methods: list[str], *, compiler: str, repeats: int, warmu
             "load_during_timing": [load_before, load_avg()]}
 
 
-def add_ratios(rows: list[dict], bases=("eager", "compile", "no-recompute")) -> None:
+def add_ratios(rows: list[dict], bases=("eager", "torch-mincut", "no-recompute")) -> None:
     by = {r["method"]: r for r in rows}
     for r in rows:
         for b in bases:
@@ -357,11 +357,11 @@ def pointwise_case(name: str, log2n: int, seed: int = 0):
 def table_gelu(cfg, log) -> dict:
     log2n = cfg["log2n"]
     case = pointwise_case("gelu-erf", log2n)
-    methods = ["eager", "compile", "no-recompute", "checkpoint", "remat-conservative", "remat-aggressive"]
+    methods = ["eager", "torch-mincut", "no-recompute", "torch-checkpoint", "mincut-conservative", "mincut-aggressive"]
     res = side_by_side(case, methods, compiler="inductor", repeats=cfg["repeats"], warmup=cfg["warmup"], log=log)
     rows = res["rows"]
     add_ratios(rows)
-    nr, rc, ck = _row(rows, "no-recompute"), _row(rows, "remat-conservative"), _row(rows, "checkpoint")
+    nr, rc, ck = _row(rows, "no-recompute"), _row(rows, "mincut-conservative"), _row(rows, "torch-checkpoint")
     pub = PUBLISHED["gelu"]
     r_t = ratio(rc and rc["step_ms"], nr and nr["step_ms"])
     r_ck = ratio(ck and ck["step_ms"], nr and nr["step_ms"])
@@ -370,7 +370,7 @@ def table_gelu(cfg, log) -> dict:
         {"claim": "checkpointing/remat is faster than no checkpointing (with fusion)",
          "published": f"{pub['checkpoint_ms']} ms vs {pub['no_checkpoint_ms']} ms = "
                       f"{pub['checkpoint_ms'] / pub['no_checkpoint_ms']:.2f}x",
-         "ours": f"remat-conservative / no-recompute = {fmt_ratio(r_t)}; checkpoint / no-recompute = {fmt_ratio(r_ck)}",
+         "ours": f"mincut-conservative / no-recompute = {fmt_ratio(r_t)}; checkpoint / no-recompute = {fmt_ratio(r_ck)}",
          "verdict": time_verdict(r_t, target=pub['checkpoint_ms'] / pub['no_checkpoint_ms'])},
         {"claim": "no checkpointing saves several input-sized tensors (paper: 5), checkpointing only x",
          "published": f"{pub['no_checkpoint_acts_MB']} MB vs {pub['checkpoint_acts_MB']} MB (x)",
@@ -393,11 +393,11 @@ def table_gelu(cfg, log) -> dict:
 def table_f1(cfg, log) -> dict:
     log2n = cfg["log2n"]
     case = pointwise_case("cos-cos", log2n)
-    methods = ["eager", "compile", "no-recompute", "checkpoint", "remat-conservative"]
+    methods = ["eager", "torch-mincut", "no-recompute", "torch-checkpoint", "mincut-conservative"]
     res = side_by_side(case, methods, compiler="inductor", repeats=cfg["repeats"], warmup=cfg["warmup"], log=log)
     rows = res["rows"]
     add_ratios(rows)
-    nr, rc, ck = _row(rows, "no-recompute"), _row(rows, "remat-conservative"), _row(rows, "checkpoint")
+    nr, rc, ck = _row(rows, "no-recompute"), _row(rows, "mincut-conservative"), _row(rows, "torch-checkpoint")
     target = 1 / 1.216
     r_nr = ratio(rc and rc["step_ms"], nr and nr["step_ms"])
     r_ck = ratio(rc and rc["step_ms"], ck and ck["step_ms"])
@@ -449,16 +449,16 @@ def table_f2(cfg, log) -> dict:
     from remat.zoo.patterns import Pointwise
 
     case_b = dataclasses.replace(case, model=Pointwise(f2_save_rand), description="f2 with a float-saving backward")
-    methods = ["eager", "compile", "no-recompute", "remat-conservative", "remat-aggressive"]
+    methods = ["eager", "torch-mincut", "no-recompute", "mincut-conservative", "mincut-aggressive"]
     customs = {F2_FLOAT + m: (lambda _c, m=m: prepare(m, case_b, compiler="inductor"))
-               for m in ("eager", "no-recompute", "compile", "remat-conservative")}
+               for m in ("eager", "no-recompute", "torch-mincut", "mincut-conservative")}
     res = side_by_side(case, methods, compiler="inductor", repeats=cfg["repeats"], warmup=cfg["warmup"],
                        customs=customs, check_grads=False, log=log)
     rows = res["rows"]
     add_ratios(rows)
-    e, rc, nr = _row(rows, "eager"), _row(rows, "remat-conservative"), _row(rows, "no-recompute")
+    e, rc, nr = _row(rows, "eager"), _row(rows, "mincut-conservative"), _row(rows, "no-recompute")
     fe, fnr = _row(rows, F2_FLOAT + "eager"), _row(rows, F2_FLOAT + "no-recompute")
-    frc = _row(rows, F2_FLOAT + "remat-conservative")
+    frc = _row(rows, F2_FLOAT + "mincut-conservative")
     for r in rows:  # against the float-saving compiled baseline
         r["time_vs_float_no-recompute"] = ratio(r.get("step_ms"), fnr and fnr.get("step_ms"))
         r["peak_vs_float_no-recompute"] = ratio(r.get("peak_total_bytes"), fnr and fnr.get("peak_total_bytes"))
@@ -510,7 +510,7 @@ def table_evonorm(cfg, log) -> dict:
         case = zoo.build(name, cfg["size"], batch=cfg["batch"])
         shape = tuple(case.inputs[0].shape)
         log(f"  {name} {shape}")
-        methods = ["eager", "compile", "no-recompute", "checkpoint", "remat-conservative"]
+        methods = ["eager", "torch-mincut", "no-recompute", "torch-checkpoint", "mincut-conservative"]
         res = side_by_side(case, methods, compiler="inductor", repeats=cfg["repeats"], warmup=cfg["warmup"],
                            log=log)
         rows = res["rows"]
@@ -521,11 +521,11 @@ def table_evonorm(cfg, log) -> dict:
         configs.append({"variant": name, "shape": shape})
         loads.append(res["load_during_timing"])
         loop_s += res["timing_loop_s"]
-        rc, ck, cp = _row(rows, "remat-conservative"), _row(rows, "checkpoint"), _row(rows, "compile")
+        rc, ck, cp = _row(rows, "mincut-conservative"), _row(rows, "torch-checkpoint"), _row(rows, "torch-mincut")
         r1 = rc and rc.get("time_vs_eager")
         claims += [
             {"claim": f"{name}: flow-based (min cut) vs eager", "published": f"{pub_ratio:.2f}x (4.5x faster)",
-             "ours": f"remat-conservative {fmt_ratio(r1)}, compile {fmt_ratio(cp and cp.get('time_vs_eager'))}",
+             "ours": f"mincut-conservative {fmt_ratio(r1)}, torch-mincut {fmt_ratio(cp and cp.get('time_vs_eager'))}",
              "verdict": time_verdict(r1, target=pub_ratio)},
             {"claim": f"{name}: flow-based beats recompute-everything", "published":
                 f"{pub['flow-based'] / pub['recompute everything']:.2f}x",
@@ -550,29 +550,29 @@ def table_qehvi(cfg, log) -> dict:
     case = zoo.build("qehvi", cfg["size"], batch=cfg["batch"])
     info = dict(case.info)
     log(f"  qehvi {cfg['size']} b={case.batch} {info}")
-    methods = ["eager", "compile", "no-recompute", "remat-conservative", "remat-aggressive"]
+    methods = ["eager", "torch-mincut", "no-recompute", "mincut-conservative", "mincut-aggressive"]
     res = side_by_side(case, methods, compiler="inductor", repeats=cfg["repeats"], warmup=cfg["warmup"], log=log)
     rows = res["rows"]
     add_ratios(rows)
     pub = PUBLISHED["qehvi"]
-    nr, rc, ra, cp, e = (_row(rows, m) for m in ("no-recompute", "remat-conservative", "remat-aggressive",
-                                                   "compile", "eager"))
+    nr, rc, ra, cp, e = (_row(rows, m) for m in ("no-recompute", "mincut-conservative", "mincut-aggressive",
+                                                   "torch-mincut", "eager"))
     pm = pub["min_cut"]["peak_GB"] / pub["no_checkpoint"]["peak_GB"]
     pt = pub["min_cut"]["time_s"] / pub["no_checkpoint"]["time_s"]
     rm = ratio(rc and rc["peak_total_bytes"], nr and nr["peak_total_bytes"])
     rt = ratio(rc and rc["step_ms"], nr and nr["step_ms"])
     claims = [
         {"claim": "peak memory: min cut vs no-checkpoint (same compiler)", "published": f"{pm:.2f}x (5.3 -> 0.946 GB)",
-         "ours": f"remat-conservative {fmt_ratio(rm)}, remat-aggressive "
-                 f"{fmt_ratio(ratio(ra and ra['peak_total_bytes'], nr and nr['peak_total_bytes']))}, compile "
+         "ours": f"mincut-conservative {fmt_ratio(rm)}, mincut-aggressive "
+                 f"{fmt_ratio(ratio(ra and ra['peak_total_bytes'], nr and nr['peak_total_bytes']))}, torch-mincut "
                  f"{fmt_ratio(ratio(cp and cp['peak_total_bytes'], nr and nr['peak_total_bytes']))}",
          "verdict": mem_verdict(rm, target=pm)},
         {"claim": "saved activations: min cut vs no-checkpoint", "published": "0.16x (5.2 -> 0.83 GB)",
-         "ours": f"remat-conservative {fmt_ratio(rc and rc.get('saved_vs_no-recompute'))}, compile "
+         "ours": f"mincut-conservative {fmt_ratio(rc and rc.get('saved_vs_no-recompute'))}, torch-mincut "
                  f"{fmt_ratio(cp and cp.get('saved_vs_no-recompute'))}",
          "verdict": mem_verdict(rc and rc.get("saved_vs_no-recompute"), target=0.83 / 5.2)},
         {"claim": "time: min cut vs no-checkpoint (same compiler)", "published": f"{pt:.2f}x (1.13 -> 0.158 s)",
-         "ours": f"remat-conservative {fmt_ratio(rt)}, compile {fmt_ratio(ratio(cp and cp['step_ms'], nr and nr['step_ms']))}"
+         "ours": f"mincut-conservative {fmt_ratio(rt)}, torch-mincut {fmt_ratio(ratio(cp and cp['step_ms'], nr and nr['step_ms']))}"
                  f"; vs eager: remat {fmt_ratio(rc and rc.get('time_vs_eager'))}",
          "verdict": time_verdict(rt, target=pt)},
     ]
@@ -594,13 +594,13 @@ def maxbatch_claims(per: dict) -> list[dict]:
     pub_name = ZOO_TO_TABLE2.get(name)
     pub = PUBLISHED["maxbatch"].get(pub_name) if pub_name else None
     pub_ratio = pub[1] / pub[2] if pub else None
-    for m in ("compile", "remat-conservative", "remat-aggressive"):
+    for m in ("torch-mincut", "mincut-conservative", "mincut-aggressive"):
         r = ratio(mb.get(m), nr)
         if r is None:
             verdict = "not measured"
         elif r > 1 + 1.0 / nr:
             verdict = "holds (memory; hardware-independent up to dtype/AMP)"
-            if pub_ratio and m != "remat-aggressive" and r < 1 + 0.5 * (pub_ratio - 1):
+            if pub_ratio and m != "mincut-aggressive" and r < 1 + 0.5 * (pub_ratio - 1):
                 verdict = "holds, smaller gain than published"
         elif r > 1.0:
             verdict = "marginal (one batch step, within the search's resolution)"
@@ -608,7 +608,7 @@ def maxbatch_claims(per: dict) -> list[dict]:
             verdict = "no gain at this budget"
         else:
             verdict = "does not hold"
-        if m == "remat-aggressive":
+        if m == "mincut-aggressive":
             published = (f"no Table 2 counterpart (aggressive is seeds/003's mode; {pub_name} min-cut / none "
                          f"= {pub_ratio:.2f}x)" if pub else "not in Table 2")
         else:
@@ -654,7 +654,7 @@ def _peak_at(name, size, method, batch, compiler) -> dict:
 
 
 def table_maxbatch(cfg, log) -> dict:
-    methods = ["no-recompute", "compile", "remat-conservative", "remat-aggressive"]
+    methods = ["no-recompute", "torch-mincut", "mincut-conservative", "mincut-aggressive"]
     models, size, compiler = cfg["models"], cfg["size"], cfg["compiler"]
     results, claims, checks = [], [], []
     t_all = time.perf_counter()
@@ -705,15 +705,15 @@ def table_maxbatch(cfg, log) -> dict:
                 "no kernel codegen; each value is freed after its last use as inductor's code does. "
                 "Inductor would recompile at every probed batch (10-25 s each here).",
                 "the seed's min-cut column is PyTorch's partitioner, i.e. both `compile` and "
-                "`remat-conservative` here; the seed ran AMP (fp16) on a 40 GB A100, we run float32; "
+                "`mincut-conservative` here; the seed ran AMP (fp16) on a 40 GB A100, we run float32; "
                 "the seed's 'full' (checkpoint every layer) column is not probed (batches 10-15x larger).",
             ]}
 
 
 def maxbatch_markdown(t: dict) -> list[str]:
-    methods = ["no-recompute", "compile", "remat-conservative", "remat-aggressive"]
+    methods = ["no-recompute", "torch-mincut", "mincut-conservative", "mincut-aggressive"]
     out = ["| model (zoo size) | budget | " + " | ".join(methods) +
-           " | compile / none | remat-cons. / none | remat-aggr. / none | published (Table 2) none -> min-cut (full) |",
+           " | torch-mincut / none | mincut-cons. / none | mincut-aggr. / none | published (Table 2) none -> min-cut (full) |",
            "|" + "---|" * (2 + len(methods) + 4)]
     for per in t["results"]:
         mb = {m["method"]: m.get("max_batch") for m in per["methods"]}
@@ -858,7 +858,7 @@ def main(argv=None) -> int:
                     help="override a max-batch budget, e.g. gpt2=256")
     ap.add_argument("--no-inductor-check", action="store_true",
                     help="skip checking max-batch peaks against inductor at one batch")
-    ap.add_argument("--inductor-check-methods", default="no-recompute,remat-conservative",
+    ap.add_argument("--inductor-check-methods", default="no-recompute,mincut-conservative",
                     help="methods whose max-batch peak is checked against inductor (first model only)")
     ap.add_argument("--out", default=str(ROOT / "out"))
     ap.add_argument("--fresh", action="store_true", help="do not merge with an existing seed_tables.json")

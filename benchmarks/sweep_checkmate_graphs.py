@@ -2,7 +2,7 @@
 
 For every graph in ``<shared>/data/checkmate_graphs`` (Checkmate's MLSys graphs and Moccasin's
 random layered graphs; ``$REMAT_SHARED_DIR`` or ``../shared`` beside the repository) this runs
-remat's budget sweep (:func:`remat.cli.sweep.sweep`, what ``remat sweep`` runs) at ``--points``
+remat's budget sweep (:func:`remat.bench.sweep.sweep`, what ``remat sweep`` runs) at ``--points``
 budgets evenly spaced from the smallest feasible budget remat finds cheaply
 (:func:`remat.solvers.auto.smallest_feasible`: recompute-all and the baselines at their tightest) to
 the no-recomputation peak (:func:`remat.plans.budget.reference_peak`); on the forward-only random
@@ -21,7 +21,7 @@ Table 2 statistic: LP rounding 1.00-1.06 on these graphs), and the MILP's solve 
 and gaps. A ratio below 1 means the MILP stopped on its time limit with a worse incumbent.
 
 Writes ``out/sweeps.md`` (per-graph tables), ``out/sweeps.json`` (every row) and
-``out/sweeps/<graph>.png`` (:func:`remat.cli.sweep.plot_sweep`).
+``out/sweeps/<graph>.png`` (:func:`remat.bench.plots.sweep_plot`).
 
     PYTHONPATH=src python benchmarks/sweep_checkmate_graphs.py
     PYTHONPATH=src python benchmarks/sweep_checkmate_graphs.py --graphs VGG16 vgg_unet --points 6
@@ -42,8 +42,10 @@ from pathlib import Path
 import numpy as np
 
 from remat.plans.budget import reference_peak
-from remat.solvers.auto import smallest_feasible
-from remat.cli.sweep import plot_sweep, sweep, sweep_markdown
+from remat.bench.plots import sweep_plot
+from remat.bench.sweep import markdown as sweep_markdown
+from remat.bench.sweep import sweep
+from remat.solvers.feasible import smallest_feasible
 from remat.graph.io import load_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,7 +201,7 @@ def rewrite(path: Path, out: Path) -> int:
         r["mid"] = mid_comparison(r["rows"])
         r["ratios"] = ratios(r["rows"])  # JSON turned the per-budget keys into strings
         sections.append(graph_markdown(g, r["label"], r["rows"], r["reference_peak"], r))
-        plot_sweep(g, r["rows"], out / "sweeps" / f"{r['label']}.png")
+        sweep_plot(g.name, r["rows"], out / "sweeps" / f"{r['label']}.png")
     (out / "sweeps.md").write_text(header(data["points"], data["time_limit"], data["milp_max_nodes"],
                                           data["seconds"]) + "\n" + summary_markdown(data["graphs"])
                                    + "\n\n" + "\n".join(sections))
@@ -254,7 +256,7 @@ def main() -> int:
                **info, "milp": milp_summary(rows), "mid": mid_comparison(rows), "rows": rows}
         results.append(res)
         sections.append(graph_markdown(g, name, rows, reference, info))
-        plot_sweep(g, rows, out / "sweeps" / f"{name}.png")
+        sweep_plot(g.name, rows, out / "sweeps" / f"{name}.png")
         for x in res["mid"]:
             print(f"  mid budget {x['budget'] / 2**20:.0f} MiB: MILP {x['milp']} ({x['milp_status']}), "
                   f"LP {x['lp']}, best baseline {x['best_baseline']} {x['best_baseline_overhead']}",

@@ -16,7 +16,8 @@ import torch.fx as fx
 from ..capture import joint as tc
 from ..errors import PlanError
 from ..plans.phases import split_schedule
-from ..plans.schedule import Schedule, Statement
+from ..plans.plan import Plan
+from ..plans.schedule import Statement
 
 
 def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement], *,
@@ -86,18 +87,21 @@ def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement], *
     return fx.GraphModule(gm, new)
 
 
-def lower(joint: tc.JointInfo, schedule: Schedule) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """Forward and backward modules that run ``schedule``."""
-    split = split_schedule(schedule)
+def lower(joint: tc.JointInfo, plan: Plan) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Forward and backward modules that run ``plan``: the backward receives exactly
+    ``plan.saved``; both bodies follow the plan's schedule (a value the backward reads that does
+    not cross, such as an output of the step a saved-set plan leaves unsaved, is computed
+    again from what does)."""
+    split = split_schedule(plan.schedule())
+    saved = list(plan.saved_names)
     by_name = {n.name: n for n in joint.gm.graph.nodes}
-    missing = [s for s in split.saved if s not in by_name]
+    missing = [s for s in saved if s not in by_name]
     if missing:
         raise PlanError(f"saved values {missing[:3]} are not in the joint graph")
-    fw, bw = tc.partition_with_saved(joint, [by_name[s] for s in split.saved])
+    fw, bw = tc.partition_with_saved(joint, [by_name[s] for s in saved])
     received = {p.name for p in bw.graph.find_nodes(op="placeholder")}
-    dropped = [s for s in split.saved if s not in received]
+    dropped = [s for s in saved if s not in received]
     fw = rebuild(fw, joint.gm, split.forward, extra_outputs=dropped,
                  num_fwd_outputs=joint.num_fwd_outputs)
     bw = rebuild(bw, joint.gm, split.backward, extra_inputs=dropped)
     return fw, bw
-

@@ -78,7 +78,7 @@ class RematPartitioner(CustomPartitionerFn):
             graph = graph_from_joint(joint, self.param_indices, name=self.graph_name)
             plan = solve(graph, o.solver, budget=o.budget, time_limit=o.time_limit,
                          headroom=TORCH_HEADROOM if o.budget is not None else 0.0, **o.solver_options)
-            fw, bw = lower(joint, plan.schedule())
+            fw, bw = lower(joint, plan)
             self._report(plan)
             return fw, bw
         except InfeasibleBudgetError:

@@ -29,6 +29,7 @@ from ..errors import PlanError
 from ..graph.graph import Graph
 from .budget import format_bytes
 from .phases import split_schedule
+from .saved_set import backward_work
 from .schedule import Schedule, Statement, schedule_from_saved_set
 from .simulator import SimResult, simulate
 
@@ -84,10 +85,11 @@ class Plan:
     ``message``, ``solve_seconds``, ``banned`` (values the solver may not recompute, and why),
     ``details`` (solver diagnostics). Fields the simulator sets (:meth:`judge`):
     ``feasible``, ``peak_bytes``, ``compute_cost``, ``predicted_seconds``, ``recomputes``.
-    Fields read off the schedule: ``decisions``, ``saved`` (the values that cross from the
-    forward to the backward: activations, and the inputs and parameters the backward reads;
-    for a plan made from a saved set, that set: a step's output the backward reads, held
-    anyway, then reaches it too), ``recomputed``, ``moved_to_backward``. ``budget`` is the byte budget it was asked to fit (None: none).
+    Fields that say what crosses and what is computed again: ``saved`` (the values that cross
+    from the forward to the backward, activations and the inputs and parameters the backward
+    reads; for a plan made from a saved set, that set), ``decisions``, ``recomputed`` and
+    ``moved_to_backward`` (computed only by the backward). Lowering passes exactly ``saved``
+    to the backward and runs both phases in the schedule's order. ``budget`` is the byte budget it was asked to fit (None: none).
 
     ``graph`` (the :class:`~remat.graph.Graph`), ``sim`` (the simulator's
     :class:`~remat.plans.simulator.SimResult`) and ``S`` (the checkpoint matrix over
@@ -123,32 +125,42 @@ class Plan:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def from_schedule(cls, schedule: Schedule, *, solver: str, saved: Iterable[str] | None = None,
-                      **report: Any) -> "Plan":
+    def from_schedule(cls, schedule: Schedule, *, solver: str, **report: Any) -> "Plan":
         """The plan that runs ``schedule``; ``report``: the solver's fields (status, cost, ...).
-        ``saved``: the saved set the schedule was made from, if it was (else read off it)."""
+        Its saved set and decisions are read off the schedule's two phases."""
         g = schedule.graph
         phases = split_schedule(schedule)
         computed_fwd = {s.node for s in phases.forward if s.op == "compute"}
         by_backward = sorted({s.node for s in phases.backward if s.op == "compute" and g[s.node].is_forward},
                              key=g.index)
-        saved = sorted(set(phases.saved if saved is None else saved), key=g.index)
-        decisions = {name: Decision.SAVE for name in saved if not g[name].is_primal}
-        decisions.update((name, Decision.RECOMPUTE) for name in by_backward)
-        plan = cls(graph_name=g.name, solver=solver, statements=list(schedule.statements),
-                   saved=[_saved_value(g[name]) for name in saved], decisions=decisions,
-                   recomputed=[n for n in by_backward if n in computed_fwd],
-                   moved_to_backward=[n for n in by_backward if n not in computed_fwd],
-                   graph=g, **report)
-        plan.details.setdefault("nodes", len(g))
-        return plan
+        return cls._made(schedule, solver, phases.saved, [n for n in by_backward if n in computed_fwd],
+                         [n for n in by_backward if n not in computed_fwd], report)
 
     @classmethod
     def from_saved_set(cls, g: Graph, saved: Iterable[str], *, solver: str, **report: Any) -> "Plan":
-        """The plan that saves ``saved`` and recomputes the rest, run as PyTorch runs a
-        partition (:func:`~remat.plans.schedule.schedule_from_saved_set`)."""
+        """The plan that saves ``saved`` and recomputes the rest, as PyTorch runs a partition:
+        the backward computes every forward value it needs that is not saved
+        (:func:`~remat.plans.saved_set.backward_work`; a forward output included), in the order
+        of :func:`~remat.plans.schedule.schedule_from_saved_set`."""
         saved = list(dict.fromkeys(saved))
-        return cls.from_schedule(schedule_from_saved_set(g, saved), solver=solver, saved=saved, **report)
+        work = backward_work(g, saved)
+        recomputed = set(work.recomputed)
+        return cls._made(schedule_from_saved_set(g, saved), solver, saved, list(work.recomputed),
+                         [c for c in work.computed if c not in recomputed], report)
+
+    @classmethod
+    def _made(cls, schedule: Schedule, solver: str, saved: Iterable[str], recomputed: list[str],
+              moved: list[str], report: dict) -> "Plan":
+        g = schedule.graph
+        saved = sorted(set(saved), key=g.index)
+        decisions = {name: Decision.SAVE for name in saved if not g[name].is_primal}
+        decisions.update((name, Decision.RECOMPUTE) for name in recomputed + moved)
+        plan = cls(graph_name=g.name, solver=solver, statements=list(schedule.statements),
+                   saved=[_saved_value(g[name]) for name in saved], decisions=decisions,
+                   recomputed=sorted(recomputed, key=g.index), moved_to_backward=sorted(moved, key=g.index),
+                   graph=g, **report)
+        plan.details.setdefault("nodes", len(g))
+        return plan
 
     @classmethod
     def without_schedule(cls, g: Graph, *, solver: str, status: str, message: str = "",
