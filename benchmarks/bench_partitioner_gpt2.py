@@ -3,7 +3,9 @@
 Captures the joint graph of a GPT-2 training step (transformers config, random weights) as
 inductor would partition it, then on copies of that same graph times, alternating:
   - torch: min_cut_rematerialization_partition (whole call), and its choose_saved_values_set;
-  - remat: the whole partition (clean-up, capture, solve, fw/bw extraction), and the solve.
+  - remat: the whole partition as remat.compile runs it (clean-up, capture, solve, lowering of
+    the plan's schedule to fw/bw modules), the min cut's choice of the saved set, and the
+    whole solve (the choice plus the simulator's check of the plan).
 Also reports saved activation bytes and the seeds' cut cost of each choice.
 
     python benchmarks/bench_partitioner_gpt2.py --layers 12 --embd 768 --seq 256 --repeats 5
@@ -19,11 +21,14 @@ import time
 import torch
 from torch._functorch import partitioners as P
 
-import remat
 from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 from remat.capture import joint as tc
 from remat.capture.to_graph import graph_from_joint
 from remat.solvers import solve
+from remat.lower.backend import _eager_compile
+from remat.lower.fx import lower
+from remat.lower.options import Options
+from remat.lower.partitioner import RematPartitioner
 from remat.solvers.mincut.mincut import cut_cost
 
 
@@ -35,16 +40,14 @@ def capture_joint(args):
     ids = torch.randint(0, args.vocab, (args.batch, args.seq))
     captured = {}
 
-    class Grab(remat.RematPartitioner):
+    class Grab(RematPartitioner):
         def __call__(self, gm, joint_inputs, **kwargs):
             captured["gm"] = tc.copy_joint(gm)
             captured["inputs"] = joint_inputs
             captured["kwargs"] = dict(kwargs)
             return tc.torch_mincut(gm, joint_inputs, **kwargs)
 
-    grab = Grab("torch-mincut")
-    from remat.lower.backend import _eager_compile
-
+    grab = Grab(Options.create(solver="torch-mincut"))
     compiled = torch.compile(model, backend=lambda gm, ex: _eager_compile(gm, ex, grab))
     compiled(ids)
     return captured
@@ -79,7 +82,8 @@ def main():
         choose_times.append(time.perf_counter() - t)
         return out
 
-    samples = {"torch_partition": [], "torch_choose": [], "remat_partition": [], "remat_solve": []}
+    samples = {"torch_partition": [], "torch_choose": [], "remat_partition": [], "remat_choose": [],
+               "remat_solve": []}
     results = {}
     for _ in range(args.repeats):
         gm = tc.copy_joint(cap["gm"])
@@ -97,10 +101,10 @@ def main():
         t = time.perf_counter()
         joint = tc.prepare_joint(gm, kwargs["num_fwd_outputs"], kwargs.get("static_lifetime_input_indices"))
         graph = graph_from_joint(joint)
-        plan = solve(graph, "mincut-conservative")
-        by_name = {n.name: n for n in joint.gm.graph.nodes}
-        tc.partition_with_saved(joint, [by_name[s] for s in plan.saved_names])
+        plan = solve(graph, "mincut-conservative")  # the min cut, then the simulator's check
+        lower(joint, plan)
         samples["remat_partition"].append(time.perf_counter() - t)
+        samples["remat_choose"].append(plan.details["build_seconds"] + plan.details["maxflow_seconds"])
         samples["remat_solve"].append(plan.solve_seconds)
         results["graph"], results["plan"] = graph, plan
 
@@ -111,7 +115,7 @@ def main():
     row = {
         "fx_nodes": n_nodes, "graph_nodes": len(graph),
         **{f"{k}_ms": round(v, 2) for k, v in med.items()},
-        "solve_speedup": round(med["torch_choose"] / med["remat_solve"], 1),
+        "solve_speedup": round(med["torch_choose"] / med["remat_choose"], 1),
         "partition_speedup": round(med["torch_partition"] / med["remat_partition"], 2),
         "remat_saved_activation_bytes": plan.saved_activation_bytes,
         "torch_saved_activation_bytes": torch_bytes,
@@ -125,8 +129,9 @@ def main():
     table.add_column("PyTorch min-cut", justify="right")
     table.add_column("remat mincut", justify="right")
     table.add_column("ratio", justify="right")
-    table.add_row("choose saved set (ms)", f"{med['torch_choose']:.1f}", f"{med['remat_solve']:.1f}",
+    table.add_row("choose saved set (ms)", f"{med['torch_choose']:.1f}", f"{med['remat_choose']:.1f}",
                   f"{row['solve_speedup']}x")
+    table.add_row("solve, with the simulator's check (ms)", "", f"{med['remat_solve']:.1f}", "")
     table.add_row("whole partition (ms)", f"{med['torch_partition']:.1f}", f"{med['remat_partition']:.1f}",
                   f"{row['partition_speedup']}x")
     table.add_row("saved activation MiB", f"{torch_bytes / 2**20:.2f}", f"{plan.saved_activation_bytes / 2**20:.2f}",

@@ -20,6 +20,58 @@ from ..plans.plan import Plan
 from ..plans.schedule import Statement
 
 
+def in_statement_order(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement], *,
+                       extra_inputs: list[str] = (), extra_outputs: list[str] = (),
+                       num_fwd_outputs: int = 0) -> fx.GraphModule:
+    """``gm`` running its body in ``stmts`` order. When every node the statements compute is
+    in ``gm`` once and nothing is to be added, ``gm``'s own nodes are moved into that order
+    (:func:`reorder`); otherwise the module is rebuilt (:func:`rebuild`)."""
+    computes = [s.node for s in stmts if s.op == "compute"]
+    own = {n.name: n for n in gm.graph.nodes}
+    inputs = {n.name for n in gm.graph.find_nodes(op="placeholder")}
+    body = [c for c in computes if c not in inputs]
+    if not extra_inputs and not extra_outputs and len(set(body)) == len(body) and all(c in own for c in body):
+        return reorder(gm, [own[c] for c in body])
+    return rebuild(gm, joint, stmts, extra_inputs=extra_inputs, extra_outputs=extra_outputs,
+                   num_fwd_outputs=num_fwd_outputs)
+
+
+def reorder(gm: fx.GraphModule, order: list[fx.Node]) -> fx.GraphModule:
+    """Move ``gm``'s nodes so that ``order`` runs first, each node right after the inputs it
+    needs (placed first when they are not in ``order``); the other nodes follow as they were.
+    Returns ``gm`` (recompiled only if something moved)."""
+    graph = gm.graph
+    nodes = list(graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    placed = set(placeholders)
+    cursor = placeholders[-1] if placeholders else None
+    sequence: list[fx.Node] = []
+    for root in order:
+        stack = [(root, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if n in placed:
+                continue
+            if expanded:
+                placed.add(n)
+                sequence.append(n)
+                continue
+            stack.append((n, True))
+            stack.extend((i, False) for i in reversed(n.all_input_nodes) if i not in placed)
+    current = [n for n in nodes if n in placed and n.op != "placeholder"]
+    if current == sequence:
+        return gm
+    for n in sequence:
+        if cursor is None:
+            nodes[0].prepend(n)
+        else:
+            cursor.append(n)
+        cursor = n
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
 def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement], *,
             extra_inputs: list[str] = (), extra_outputs: list[str] = (),
             num_fwd_outputs: int = 0) -> fx.GraphModule:
@@ -101,7 +153,7 @@ def lower(joint: tc.JointInfo, plan: Plan) -> tuple[fx.GraphModule, fx.GraphModu
     fw, bw = tc.partition_with_saved(joint, [by_name[s] for s in saved])
     received = {p.name for p in bw.graph.find_nodes(op="placeholder")}
     dropped = [s for s in saved if s not in received]
-    fw = rebuild(fw, joint.gm, split.forward, extra_outputs=dropped,
-                 num_fwd_outputs=joint.num_fwd_outputs)
-    bw = rebuild(bw, joint.gm, split.backward, extra_inputs=dropped)
+    fw = in_statement_order(fw, joint.gm, split.forward, extra_outputs=dropped,
+                            num_fwd_outputs=joint.num_fwd_outputs)
+    bw = in_statement_order(bw, joint.gm, split.backward, extra_inputs=dropped)
     return fw, bw

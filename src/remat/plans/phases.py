@@ -1,8 +1,9 @@
 """The forward and backward phases of a Schedule, and the saved set that crosses between them.
 
-The statements before the first backward op form the forward pass, the rest the backward.
-The values resident at that point which the backward reads before computing them again are
-the saved set.
+The backward starts with the schedule's first tangent (in a graph without tangents, its first
+backward node); the statements before it form the forward pass. The values resident at that
+point which the backward reads before computing them again are the saved set. Lowering
+(:mod:`remat.lower.fx`) builds the two fx graphs from these phases.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ def split_schedule(schedule: Schedule) -> Split:
     # is the backward's
     cut = next((k for k, s in enumerate(stmts)
                 if s.op == "compute" and g[s.node].role in ("tangent", "backward")), len(stmts))
-    fw = [s for s in stmts[:cut] if not (s.op == "compute" and g[s.node].role == "tangent")]
+    fw = stmts[:cut]
     bw = [s for s in stmts[cut:] if not (s.op == "compute" and g[s.node].role == "tangent")]
-    # tangents computed before the cut still belong to the backward
     resident: set[str] = set()
     for s in fw:
         if s.op == "compute":

@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..cost.model import CostModel, default_cost_model
 from ..errors import PlanError
@@ -99,7 +99,7 @@ class Plan:
 
     graph_name: str
     solver: str
-    statements: list[Statement] | None
+    statements: Sequence[Statement] | None
     options: dict[str, Any] = field(default_factory=dict)
     status: str = "feasible"
     feasible: bool = True
@@ -133,7 +133,8 @@ class Plan:
         computed_fwd = {s.node for s in phases.forward if s.op == "compute"}
         by_backward = sorted({s.node for s in phases.backward if s.op == "compute" and g[s.node].is_forward},
                              key=g.index)
-        return cls._made(schedule, solver, phases.saved, [n for n in by_backward if n in computed_fwd],
+        return cls._made(g, list(schedule.statements), solver, phases.saved,
+                         [n for n in by_backward if n in computed_fwd],
                          [n for n in by_backward if n not in computed_fwd], report)
 
     @classmethod
@@ -145,17 +146,17 @@ class Plan:
         saved = list(dict.fromkeys(saved))
         work = backward_work(g, saved)
         recomputed = set(work.recomputed)
-        return cls._made(schedule_from_saved_set(g, saved), solver, saved, list(work.recomputed),
+        statements = _Deferred(lambda: schedule_from_saved_set(g, saved).statements)
+        return cls._made(g, statements, solver, saved, list(work.recomputed),
                          [c for c in work.computed if c not in recomputed], report)
 
     @classmethod
-    def _made(cls, schedule: Schedule, solver: str, saved: Iterable[str], recomputed: list[str],
-              moved: list[str], report: dict) -> "Plan":
-        g = schedule.graph
+    def _made(cls, g: Graph, statements: Sequence[Statement], solver: str, saved: Iterable[str],
+              recomputed: list[str], moved: list[str], report: dict) -> "Plan":
         saved = sorted(set(saved), key=g.index)
         decisions = {name: Decision.SAVE for name in saved if not g[name].is_primal}
         decisions.update((name, Decision.RECOMPUTE) for name in recomputed + moved)
-        plan = cls(graph_name=g.name, solver=solver, statements=list(schedule.statements),
+        plan = cls(graph_name=g.name, solver=solver, statements=statements,
                    saved=[_saved_value(g[name]) for name in saved], decisions=decisions,
                    recomputed=sorted(recomputed, key=g.index), moved_to_backward=sorted(moved, key=g.index),
                    graph=g, **report)
@@ -326,6 +327,34 @@ class Plan:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+class _Deferred(Sequence):
+    """Statements made when first read: a saved-set plan (the min cut's) is ready before its
+    schedule is needed, and planning a large graph does not wait for it."""
+
+    def __init__(self, make: Callable[[], list[Statement]]) -> None:
+        self._make, self._items = make, None
+
+    def _get(self) -> list[Statement]:
+        if self._items is None:
+            self._items, self._make = self._make(), None
+        return self._items
+
+    def __getitem__(self, k):
+        return self._get()[k]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self._get()) == list(other)
+
+    def __repr__(self) -> str:
+        return repr(self._get()) if self._items is not None else "<statements made when first read>"
 
 
 def _saved_value(node) -> SavedValue:

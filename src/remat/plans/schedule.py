@@ -15,8 +15,10 @@ Schedule so that one simulator (:mod:`remat.plans.simulator`) judges all of them
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -28,8 +30,9 @@ OPS = ("compute", "free")
 """Statement kinds. Offload and reload will join them (MAGIS-style swapping)."""
 
 
-@dataclass(frozen=True)
-class Statement:
+class Statement(NamedTuple):
+    """One statement: ``op`` (``compute`` or ``free``) of ``node``."""
+
     op: str
     node: str
 
@@ -107,6 +110,19 @@ def required_nodes(g: Graph) -> np.ndarray:
     return req & ~a.primal
 
 
+@contextmanager
+def _gc_paused():
+    """Making a large schedule allocates ~10^5 small objects; the cyclic collector would scan
+    the whole heap many times over (half the time on a 50k-node graph). None of them cycle."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     """Lower a saved-set plan to a Schedule, as PyTorch runs it.
 
@@ -117,6 +133,11 @@ def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     just before its first use (as PyTorch's partitioner reorders recomputation to mimic the
     autograd engine); every value is freed after its last backward use.
     """
+    with _gc_paused():
+        return _schedule_from_saved_set(g, saved)
+
+
+def _schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     saved = list(dict.fromkeys(saved))
     work = backward_work(g, saved)
     if work.missing_inputs:
@@ -191,23 +212,21 @@ def _emit(stmts: list[Statement], names: list[str], ins, order: list[int], keep:
     for pos, i in enumerate(order):
         for j in ins[i]:
             last_use[j] = pos
-    frees_at: dict[int, list[int]] = {}
+    keep = keep.tolist()
+    frees_at: list[list[int]] = [[] for _ in order]
+    get = last_use.get
     for pos, i in enumerate(order):
-        end = last_use.get(i, pos)
-        if end < pos:  # recomputed later in the phase than its last user: cannot happen
-            end = pos
-        frees_at.setdefault(end, []).append(i)
-    unused_carried = []
+        if not keep[i]:
+            end = get(i, pos)
+            frees_at[end if end > pos else pos].append(i)  # recomputed after its last user: cannot happen
+    append = stmts.append
     for j in carried:
-        if j in last_use:
-            frees_at.setdefault(last_use[j], []).append(j)
-        else:
-            unused_carried.append(j)
-    for j in unused_carried:
         if not keep[j]:
-            stmts.append(Statement("free", names[j]))
+            if j in last_use:
+                frees_at[last_use[j]].append(j)
+            else:
+                append(Statement("free", names[j]))
     for pos, i in enumerate(order):
-        stmts.append(Statement("compute", names[i]))
-        for j in frees_at.get(pos, ()):
-            if not keep[j]:
-                stmts.append(Statement("free", names[j]))
+        append(Statement("compute", names[i]))
+        for j in frees_at[pos]:
+            append(Statement("free", names[j]))
