@@ -129,9 +129,10 @@ def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     Forward: the required forward nodes (:func:`~remat.plans.saved_set.required_forward`:
     what the outputs and the side effects need) in graph order, each value freed after its
     last forward use unless it is saved or kept to the end. Backward: tangents first, then the
-    backward nodes in graph order, each unsaved forward value it needs computed on demand
-    just before its first use (as PyTorch's partitioner reorders recomputation to mimic the
-    autograd engine); every value is freed after its last backward use.
+    backward nodes in graph order from the first one that reads a tangent, each preceded by
+    the values it needs that are not computed yet (unsaved forward values recomputed on
+    demand), in graph order, as PyTorch's partitioner orders the backward to mimic the
+    autograd engine; every value is freed after its last backward use.
     """
     with _gc_paused():
         return _schedule_from_saved_set(g, saved)
@@ -165,30 +166,37 @@ def _schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     bwd_work = set(g.index(c) for c in work.computed)
     bwd_roots = np.flatnonzero(~a.forward).tolist()  # tangents and backward nodes, graph order
 
-    # backward order: on-demand DFS from each backward node over unsaved forward values
+    # backward order, as PyTorch's reordering_to_mimic_autograd_engine runs it: from the first
+    # user of a tangent on, each node the backward runs in graph order, preceded by the not yet computed
+    # values it needs (unsaved forward values recomputed on demand, backward nodes that do not
+    # read a tangent) in graph order
     bwd: list[int] = []
     done = np.zeros(n, dtype=bool)
     tangents = [i for i in bwd_roots if g.nodes[i].role == "tangent"]
     for t in tangents:
         done[t] = True
         bwd.append(t)
-    for root in bwd_roots:
+    users = g._users
+    first = min((u for t in tangents for u in users[t]), default=n)
+
+    def needed(j: int) -> bool:
+        held = is_saved[j] or (keep[j] and in_fwd[j])  # saved, or an output kept anyway
+        return not done[j] and not a.primal[j] and (not a.forward[j] or (j in bwd_work and not held))
+
+    members = sorted(set(bwd_roots) | {i for i in bwd_work if needed(i)})  # what the backward runs
+    for root in [r for r in members if r >= first] + [r for r in members if r < first]:
         if done[root]:
             continue
-        stack = [(root, False)]
+        found = {root}
+        stack = [root]
         while stack:
-            i, expanded = stack.pop()
-            if done[i]:
-                continue
-            if expanded:
-                done[i] = True
-                bwd.append(i)
-                continue
-            stack.append((i, True))
-            for j in reversed(ins[i]):
-                held = is_saved[j] or (keep[j] and in_fwd[j])  # saved, or an output kept anyway
-                if not done[j] and not a.primal[j] and (not a.forward[j] or (j in bwd_work and not held)):
-                    stack.append((j, False))
+            for j in ins[stack.pop()]:
+                if j not in found and needed(j):
+                    found.add(j)
+                    stack.append(j)
+        for i in sorted(found):
+            done[i] = True
+            bwd.append(i)
     # forward backward_outputs that are not saved are computed by the backward too
     for i in sorted(bwd_work):
         if not done[i] and not (keep[i] and in_fwd[i]):
