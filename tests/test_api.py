@@ -74,6 +74,8 @@ def test_unknown_options_raise_and_name_the_valid_ones():
         remat.compile(MLP(), solver="checkmate", budget=0.8, solver_options={"warp": 9})
     with pytest.raises(remat.OptionError, match="unknown torch.compile mode"):
         remat.compile(MLP(), mode="ludicrous")
+    with pytest.raises(remat.OptionError, match="solver='mincut-aggressive'"):
+        remat.compile(MLP(), mode="aggressive")  # remat's old mode option
     with pytest.raises(remat.OptionError, match="neither one of remat's"):
         remat.compile(MLP(), options={"not_an_inductor_option": 1})
     with pytest.raises(remat.OptionError, match="time_limit -1 must be"):

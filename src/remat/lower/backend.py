@@ -86,7 +86,10 @@ def inductor_patches(mode: str | None, options: dict) -> dict[str, Any]:
     if mode not in (None, "default"):
         modes = torch._inductor.list_mode_options()
         if mode not in modes:
-            raise OptionError(f"unknown torch.compile mode {mode!r}; modes: {', '.join(modes)}")
+            hint = ""
+            if mode in ("conservative", "aggressive"):
+                hint = f" (remat's min cut takes its mode in the solver's name: solver='mincut-{mode}')"
+            raise OptionError(f"unknown torch.compile mode {mode!r}; modes: {', '.join(modes)}{hint}")
         patches.update(torch._inductor.list_mode_options(mode))
     patches.update(options)
     return patches
