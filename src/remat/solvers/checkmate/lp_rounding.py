@@ -29,6 +29,7 @@ from ...graph.graph import Graph
 from ...plans.schedule import Schedule
 from ...plans.simulator import simulate
 from ...plans.plan import Plan, judged
+from ..deadline import Deadline
 from .bounds import early_result
 from .model import build_model
 from .highs import new_highs, run_highs
@@ -56,18 +57,13 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
     stopped the sweep before any candidate fitted; ``"too_large"`` when the model would
     exceed ``max_columns`` (see :func:`~remat.solvers.checkmate.checkmate`).
     """
-    t0 = time.perf_counter()
+    clock = Deadline(time_limit)
     cm = cost_model or default_cost_model()
     budget = float(budget)
     details: dict = {}
+    elapsed, out_of_time = clock.elapsed, clock.expired
 
-    def elapsed() -> float:
-        return time.perf_counter() - t0
-
-    def out_of_time() -> bool:
-        return time_limit is not None and elapsed() >= time_limit
-
-    early = early_result(NAME, g, budget, cm, details, t0, max_columns)
+    early = early_result(NAME, g, budget, cm, details, clock.start, max_columns)
     if early is not None:
         return early
     lb_bytes = details["memory_lower_bound"]
@@ -97,7 +93,7 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
             rec["status"] = "skipped (below the memory lower bound)"
             return None
         model.set_budget_bounds(h, limit)
-        remaining = None if time_limit is None else max(0.0, time_limit - elapsed())
+        remaining = clock.left()
         out = run_highs(h, time_limit=remaining, mip=False)
         rec.update(status=out.status, seconds=round(out.seconds, 3))
         if out.status != "optimal":

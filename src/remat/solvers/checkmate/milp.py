@@ -13,10 +13,11 @@ order, one computation of each node per stage, emitted by Algorithm 1.
 :func:`min_budget` finds the smallest feasible budget by minimizing the peak over the same
 constraints (a MILP with a peak variable bounding every ``U``); with a time limit it returns
 the best schedule found and the proven lower bound. :func:`memory_lower_bound` is a cheap
-bound that rejects hopeless budgets before any solver runs, and :func:`checkpoint_all` the
-schedule that never recomputes (the top of the useful budget range).
+bound that rejects hopeless budgets before any solver runs, and
+:func:`~remat.solvers.checkmate.bounds.checkpoint_all` the schedule that never recomputes (the top of the useful budget range).
 
 >>> from remat.graph.examples import cos_cos_graph
+>>> from remat.solvers.checkmate.bounds import checkpoint_all_peak
 >>> g = cos_cos_graph()
 >>> r = checkmate(g, checkpoint_all_peak(g))
 >>> r.status, r.feasible, r.sim.recomputes
@@ -38,6 +39,7 @@ from ...plans.schedule import Schedule
 from ...plans.simulator import SimResult, simulate
 from ...plans.stages import schedule_from_rs, solve_r, staged
 from ..baselines import BASELINES
+from ..deadline import Deadline
 from ..feasible import smallest_feasible
 from .bounds import checkpoint_all_matrix, early_result, memory_lower_bound
 from .highs import new_highs, run_highs
@@ -116,10 +118,9 @@ def baseline_matrices(g: Graph, budget: float, cost_model: CostModel | None = No
     fits ``budget`` in the simulator (baselines with none are left out); ``time_limit``
     seconds for all of them."""
     out = []
-    t0 = time.perf_counter()
+    clock = Deadline(time_limit)
     for name in names:
-        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
-        r = BASELINES[name](g, budget, cost_model=cost_model, time_limit=left)
+        r = BASELINES[name](g, budget, cost_model=cost_model, time_limit=clock.left())
         if r.feasible and r.S is not None:
             out.append((name, r.S))
     return out
@@ -218,15 +219,13 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     (not ``"optimal"``) with the first model's lower bound, or ``"no_solution"`` if the
     stricter model has none (``details["attempts"]``).
     """
-    t0 = time.perf_counter()
+    clock = Deadline(time_limit)
     cm = cost_model or default_cost_model()
     budget = float(budget)
     details: dict = {}
+    elapsed = clock.elapsed
 
-    def elapsed() -> float:
-        return time.perf_counter() - t0
-
-    early = early_result(NAME, g, budget, cm, details, t0, max_columns)
+    early = early_result(NAME, g, budget, cm, details, clock.start, max_columns)
     if early is not None:
         return early
     if staged(g).n == 0:
@@ -240,7 +239,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
     first_lower = None
     res: Plan | None = None
     for attempt in range(3):
-        if time_limit is not None and elapsed() >= time_limit and res is None:
+        if clock.expired() and res is None:
             return judged(NAME, g, budget, None, solve_seconds=elapsed(), status="no_solution",
                           cost_model=cm, details=details, message=(
                               f"the time limit ({time_limit:g} s) ran out before the MILP was built"))
@@ -249,10 +248,10 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
         details.update(model=model.stats, build_seconds=round(time.perf_counter() - tb, 3))
         x0 = None
         if warm_start is not None:
-            lp_time = None if time_limit is None else max(0.0, time_limit - elapsed()) / 2
+            lp_time = None if time_limit is None else clock.left() / 2
             x0, details["warm_start"] = _warm_start(model, g, warm_start, cm, lp_time,
-                                                    None if time_limit is None else time_limit - elapsed())
-        remaining = None if time_limit is None else max(0.0, time_limit - elapsed())
+                                                    clock.left())
+        remaining = clock.left()
         if remaining is not None and model.num_col > ROOT_PROBE_COLUMNS:
             lp_status, lp_bound, lp_s = _root_probe(model, threads, verbose, 0.9 * remaining)
             details["root_lp"] = {"status": lp_status, "seconds": round(lp_s, 3),
@@ -265,7 +264,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
                                   "schedule fits"))
             if attempt == 0 and lp_bound is not None:
                 first_lower = lp_bound
-            remaining = max(0.0, time_limit - elapsed())
+            remaining = clock.left()
             if lp_bound is None or remaining < 1.5 * lp_s:
                 # the MILP would not get past its root LP in time: keep the starting schedule
                 if x0 is None:
@@ -330,7 +329,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
         res.details["emission"] = route
         if res.feasible or res.status == "invalid" or res.peak_bytes is None:
             break
-        if time_limit is not None and elapsed() >= time_limit:
+        if clock.expired():
             break
         model_budget -= (res.peak_bytes - budget) + 1
     assert res is not None
