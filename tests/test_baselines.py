@@ -256,3 +256,15 @@ def test_random_graphs_valid(g):
         R = solve_r(ctx.st, S)
         for t in range(ctx.n):
             assert np.flatnonzero(R[t]).tolist() == _stage_row(S, ctx.st.deps, t)
+
+
+def test_smallest_feasible_keeps_to_a_time_limit_and_keeps_only_complete_answers():
+    from remat.solvers.feasible import smallest_feasible
+
+    g = chain(24)
+    quick, how = smallest_feasible(g, time_limit=0)
+    assert "the time limit stopped the search" in how
+    assert "smallest_feasible" not in g.__dict__.get("_derived_cache", {})
+    full, how = smallest_feasible(g)
+    assert "time limit" not in how and full <= quick
+    assert g.__dict__["_derived_cache"]["smallest_feasible"] == (full, how)

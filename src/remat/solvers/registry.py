@@ -172,13 +172,16 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
     if parsed is not None:
         plan.options.update(budget=parsed.text, budget_bytes=asked, planned_bytes=limit)
         if not plan.feasible:
-            raise infeasible(graph, plan, asked, limit, headroom)
+            left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+            raise infeasible(graph, plan, asked, limit, headroom, time_limit=left)
     return plan
 
 
-def infeasible(g: Graph, plan: Plan, asked: int, limit: int, headroom: float) -> InfeasibleBudgetError:
-    """The error for a budget nothing fits: why, and the smallest feasible budget found."""
-    peak, how = smallest_feasible(g, [plan])
+def infeasible(g: Graph, plan: Plan, asked: int, limit: int, headroom: float, *,
+               time_limit: float | None = None) -> InfeasibleBudgetError:
+    """The error for a budget nothing fits: why, and the smallest feasible budget found within
+    ``time_limit`` seconds."""
+    peak, how = smallest_feasible(g, [plan], time_limit=time_limit)
     if headroom and limit < asked:
         peak = int(math.ceil(peak / (1.0 - headroom)))  # the budget that leaves the headroom free
     first = (plan.details.get("tried") or [vars(plan)])[0]  # auto: the MILP's reason first

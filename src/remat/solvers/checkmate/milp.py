@@ -381,7 +381,7 @@ def min_budget(g: Graph, *, time_limit: float | None = None,
                          time.perf_counter() - t0, sim)
     big = too_large(st, max_columns)
     if big is not None:
-        peak, how = smallest_feasible(g)
+        peak, how = smallest_feasible(g, time_limit=time_limit)
         return MinBudget(int(peak), int(lb), "too_large", None, time.perf_counter() - t0,
                          details={"source": how, "message": big})
     model = build_model(g, None, cm, objective="peak", free_form=free_form)
