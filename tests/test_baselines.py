@@ -264,7 +264,7 @@ def test_smallest_feasible_keeps_to_a_time_limit_and_keeps_only_complete_answers
     g = chain(24)
     quick, how = smallest_feasible(g, time_limit=0)
     assert "the time limit stopped the search" in how
-    assert "smallest_feasible" not in g.__dict__.get("_derived_cache", {})
+    assert "smallest_feasible" not in g._memo
     full, how = smallest_feasible(g)
     assert "time limit" not in how and full <= quick
-    assert g.__dict__["_derived_cache"]["smallest_feasible"] == (full, how)
+    assert g._memo["smallest_feasible"] == (full, how)

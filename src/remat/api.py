@@ -61,10 +61,10 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
                               compiler=compiler, solver_options=dict(solver_options or {}),
                               on_plan=on_plan)
-    RematBackend(settings, options, mode)  # checks mode and options now, not at the first call
     label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__name__", "graph")
-    return torch.compile(model, backend=RematBackend(settings, label=label), fullgraph=fullgraph,
-                         dynamic=dynamic, mode=mode, options=options, disable=disable)
+    backend = RematBackend(settings, options, mode, label=label)  # checks mode and options now
+    return torch.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+                         options=options, disable=disable)
 
 
 def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,

@@ -36,7 +36,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .. import zoo
 from ..api import compile as remat_compile
-from ..lower.options import Options
+from ..lower.options import COMPILERS, Options
 from ..solvers import names as solver_names
 
 METHODS = ["eager", "torch-mincut", "no-recompute", "torch-checkpoint", "mincut-conservative",
@@ -125,8 +125,8 @@ def prepare(method: str, case: zoo.Case, *, compiler: str = "inductor", strict: 
     until the first ``step()``. ``strict=True`` makes remat raise instead of falling back to
     PyTorch's partitioner when it cannot plan a graph (see ``remat.compile``)."""
     spec = parse_method(method)
-    if compiler not in ("inductor", "eager"):
-        raise ValueError(f"unknown compiler {compiler!r}; use 'inductor' or 'eager'")
+    if compiler not in COMPILERS:
+        raise ValueError(f"unknown compiler {compiler!r}; use one of {', '.join(COMPILERS)}")
     model = copy.deepcopy(case.model)
     inputs = tuple(_copy_input(x) for x in case.inputs)
     plans: list = []

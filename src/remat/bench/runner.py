@@ -65,14 +65,6 @@ def _as_list(x, everything: Sequence[str]) -> list[str]:
     return list(x)
 
 
-def _all_methods() -> list[str]:
-    return list(METHODS)
-
-
-def _all_models() -> list[str]:
-    return list(zoo.names())
-
-
 def _downsample(tl: list[tuple[float, int]], n: int = TIMELINE_POINTS) -> list[list[float]]:
     if len(tl) <= n:
         return [[t, b] for t, b in tl]
@@ -192,9 +184,9 @@ def run(models: Iterable[str] | str = "all", sizes: Iterable[str] | str = "tiny"
     every cache off (``force_disable_caches``): cold compiles, slow. ``threads``: torch's
     CPU threads for the run (on a loaded machine, 1 avoids OpenMP threads waiting for each
     other's time slices, which inflates compiled CPU steps many times over)."""
-    models = _as_list(models, _all_models() if models in (None, "all", ["all"]) else [])
+    models = _as_list(models, list(zoo.names()) if models in (None, "all", ["all"]) else [])
     sizes = _as_list(sizes, ["tiny"])
-    methods = _as_list(methods, _all_methods() if methods in (None, "all", ["all"]) else [])
+    methods = _as_list(methods, list(METHODS) if methods in (None, "all", ["all"]) else [])
     device = str(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")

@@ -189,7 +189,7 @@ def _flops(node: fx.Node, out_bytes_numel: int) -> float:
 
 
 def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name: str = "joint") -> Graph:
-    """Build a remat Graph from a prepared joint graph (see torch_compat.prepare_joint).
+    """Build a remat Graph from a prepared joint graph (:func:`remat.capture.joint.prepare_joint`).
 
     Raises UnsupportedGraphError, naming the node, for graphs remat cannot plan.
     """

@@ -21,7 +21,7 @@ def run(args) -> int:
     graph = load_graph(args.graph)
     try:
         plan = solve(graph, args.solver, budget=budget, time_limit=time_limit,
-                     headroom=TORCH_HEADROOM if budget is not None else 0.0)
+                     headroom=TORCH_HEADROOM)
     except InfeasibleBudgetError as e:
         if not args.json:
             raise

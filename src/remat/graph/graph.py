@@ -174,10 +174,16 @@ class Graph:
         """The graph as numpy arrays (CSR adjacency and per-node flags) for vectorized passes."""
         return GraphArrays(self)
 
+    @cached_property
+    def _memo(self) -> dict:
+        """Results of passes that depend on the graph alone (a Graph does not change after
+        construction), by name; see :meth:`_derived`."""
+        return {}
+
     def _derived(self, key: str, compute):
-        """``compute(self)``, memoized per graph: for passes that depend on the graph alone
-        (a Graph does not change after construction). Callers must not mutate the result."""
-        cache = self.__dict__.setdefault("_derived_cache", {})
+        """``compute(self)``, memoized per graph in :attr:`_memo`. Callers must not mutate
+        the result."""
+        cache = self._memo
         try:
             return cache[key]
         except KeyError:

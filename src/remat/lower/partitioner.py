@@ -12,6 +12,7 @@ a plan remat could not check.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import warnings
 from pathlib import Path
@@ -35,6 +36,7 @@ TORCH_PARTITIONERS: dict[str, Callable] = {"torch-mincut": tc.torch_mincut, "no-
 _warned: set[str] = set()
 
 
+@functools.cache
 def _source_hash() -> str:
     h = hashlib.sha256()
     for p in sorted(Path(__file__).parents[1].rglob("*.py")):
@@ -77,7 +79,7 @@ class RematPartitioner(CustomPartitionerFn):
             joint = tc.prepare_joint(gm, num_fwd_outputs, static)
             graph = graph_from_joint(joint, self.param_indices, name=self.graph_name)
             plan = solve(graph, o.solver, budget=o.budget, time_limit=o.time_limit,
-                         headroom=TORCH_HEADROOM if o.budget is not None else 0.0, **o.solver_options)
+                         headroom=TORCH_HEADROOM, **o.solver_options)
             fw, bw = lower(joint, plan)
             self._report(plan)
             return fw, bw

@@ -171,16 +171,20 @@ class Plan:
                    feasible=False, message=message, graph=g, **report)
 
     # -- the simulator's verdict -------------------------------------------------------------
-    def judge(self, budget: float | None = None, cost_model: CostModel | None = None) -> "Plan":
+    def judge(self, budget: float | None = None, cost_model: CostModel | None = None, *,
+              sim: SimResult | None = None) -> "Plan":
         """Replay the schedule in the simulator and record what it found: a plan is feasible
         only if its schedule is valid and (with ``budget`` bytes) peaks within the budget.
-        Returns the plan itself."""
+        ``sim``: the simulator's result for this schedule under ``cost_model`` when the solver
+        already has it (it is not replayed again). Returns the plan itself."""
         if budget is not None:
             self.budget = int(budget) if math.isfinite(budget) else None
         if self.statements is None:
             self.feasible = False
             return self
-        sim = self.sim = simulate(self.schedule(), cost_model or default_cost_model())
+        if sim is None:
+            sim = simulate(self.schedule(), cost_model or default_cost_model())
+        self.sim = sim
         self.peak_bytes, self.compute_cost = int(sim.peak_bytes), float(sim.compute_cost)
         self.predicted_seconds, self.recomputes = float(sim.predicted_seconds), int(sim.recomputes)
         if self.cost is None:
@@ -382,9 +386,11 @@ def _jsonable(x: Any) -> Any:
 
 def judged(solver: str, g: Graph, budget: float | None, schedule: Schedule | None, *,
            solve_seconds: float, status: str, cost_model: CostModel | None = None,
-           lower_bound: float | None = None, message: str = "", details: dict | None = None) -> Plan:
+           lower_bound: float | None = None, message: str = "", details: dict | None = None,
+           sim: SimResult | None = None) -> Plan:
     """A schedule solver's result: the plan of ``schedule`` (or none), judged by the simulator
-    against ``budget`` bytes (None or infinite: no budget)."""
+    against ``budget`` bytes (None or infinite: no budget); ``sim``: the simulation of
+    ``schedule`` the solver already made, if any."""
     report = dict(solve_seconds=solve_seconds, status=status, lower_bound=lower_bound,
                   message=message, details=dict(details or {}))
     if schedule is None:
@@ -392,4 +398,4 @@ def judged(solver: str, g: Graph, budget: float | None, schedule: Schedule | Non
         if budget is not None and math.isfinite(budget):
             plan.budget = int(budget)
         return plan
-    return Plan.from_schedule(schedule, solver=solver, **report).judge(budget, cost_model)
+    return Plan.from_schedule(schedule, solver=solver, **report).judge(budget, cost_model, sim=sim)

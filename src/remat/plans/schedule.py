@@ -183,7 +183,9 @@ def _schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
         held = is_saved[j] or (keep[j] and in_fwd[j])  # saved, or an output kept anyway
         return not done[j] and not a.primal[j] and (not a.forward[j] or (j in bwd_work and not held))
 
-    members = sorted(set(bwd_roots) | {i for i in bwd_work if needed(i)})  # what the backward runs
+    # what the backward runs: its own nodes and the forward values it computes (a forward
+    # backward_output that is not saved included)
+    members = sorted(set(bwd_roots) | {i for i in bwd_work if needed(i)})
     for root in [r for r in members if r >= first] + [r for r in members if r < first]:
         if done[root]:
             continue
@@ -195,11 +197,6 @@ def _schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
                     found.add(j)
                     stack.append(j)
         for i in sorted(found):
-            done[i] = True
-            bwd.append(i)
-    # forward backward_outputs that are not saved are computed by the backward too
-    for i in sorted(bwd_work):
-        if not done[i] and not (keep[i] and in_fwd[i]):
             done[i] = True
             bwd.append(i)
 

@@ -27,12 +27,11 @@ def smallest_feasible(g: Graph, tried: Iterable[Plan] = (), *,
     tightest, and the plans in ``tried`` that have a valid schedule. The baselines share
     ``time_limit`` seconds (each evaluates at least one schedule, a fraction of a second on
     Checkmate's largest graphs); when the limit stops their search ``how`` says so."""
-    cache = g.__dict__.setdefault("_derived_cache", {})
-    best = cache.get("smallest_feasible")
+    best = g._memo.get("smallest_feasible")
     if best is None:
         best, complete = _cheapest_schedules(g, Deadline(time_limit))
         if complete:
-            cache["smallest_feasible"] = best
+            g._memo["smallest_feasible"] = best
         else:
             best = (best[0], f"{best[1]}; the time limit stopped the search for a smaller one")
     for p in tried:

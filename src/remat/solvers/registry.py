@@ -57,28 +57,23 @@ _REGISTRY: dict[str, SolverInfo] = {}
 
 
 def register(name: str, family: str, budget: str, description: str,
-             fn: Callable[..., Plan] | None = None) -> Callable[..., Plan] | None:
-    """Add a solver (``fn`` may be given later, as a decorator: ``@register(...)``)."""
+             fn: Callable[..., Plan] | None = None) -> None:
+    """Add a solver; ``fn`` is None for the PyTorch partitioners (they run on fx graphs)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown solver family {family!r}; use one of {FAMILIES}")
     if budget not in BUDGET_USE:
         raise ValueError(f"budget use {budget!r}: one of {BUDGET_USE}")
-
-    def add(f: Callable[..., Plan] | None):
-        if name in _REGISTRY:
-            raise ValueError(f"solver {name!r} registered twice")
-        options: tuple[str, ...] = ()
-        if f is not None:
-            params = inspect.signature(f).parameters
-            missing = [p for p in _COMMON if p not in params]
-            if missing:
-                raise TypeError(f"solver {name!r} must take keyword arguments {missing}")
-            options = tuple(p for p, v in list(params.items())[1:]
-                            if p not in _COMMON and v.kind is v.KEYWORD_ONLY)
-        _REGISTRY[name] = SolverInfo(name, family, budget, description, f, options)
-        return f
-
-    return add if fn is None and family != "pytorch" else add(fn)
+    if name in _REGISTRY:
+        raise ValueError(f"solver {name!r} registered twice")
+    options: tuple[str, ...] = ()
+    if fn is not None:
+        params = inspect.signature(fn).parameters
+        missing = [p for p in _COMMON if p not in params]
+        if missing:
+            raise TypeError(f"solver {name!r} must take keyword arguments {missing}")
+        options = tuple(p for p, v in list(params.items())[1:]
+                        if p not in _COMMON and v.kind is v.KEYWORD_ONLY)
+    _REGISTRY[name] = SolverInfo(name, family, budget, description, fn, options)
 
 
 def names(*, family: str | None = None, budget: bool | None = None, graphs: bool | None = None) -> list[str]:
@@ -164,8 +159,10 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
     limit = None if parsed is None else parsed.planned_bytes(graph, headroom)
     t0 = time.perf_counter()
     plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=time_limit, **options)
-    if plan.statements is not None:
-        plan.judge(limit, cm)  # the ensures of every solver: valid, and within the budget
+    if plan.statements is not None and (plan.sim is None or plan.budget != limit):
+        # the ensures of every solver: valid, and within the budget (a plan the simulator
+        # already judged against this budget, as judged() does, is not replayed again)
+        plan.judge(limit, cm)
         if plan.status == "invalid":
             raise PlanError(f"{solver} returned an invalid schedule for {graph.name!r}: {plan.message}")
     plan.solve_seconds = max(plan.solve_seconds, time.perf_counter() - t0)  # the judging included

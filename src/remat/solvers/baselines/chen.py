@@ -11,8 +11,8 @@ import numpy as np
 from ...cost.model import CostModel, default_cost_model
 from ...graph.graph import Graph
 from ...plans.plan import Plan
-from .policy import (_context, _Ctx, _evaluate, _Point, _result, candidate_chain, linearized_candidates,
-                     out_of_time)
+from ..deadline import Deadline
+from .policy import _context, _Ctx, _evaluate, _Point, _result, candidate_chain, linearized_candidates
 
 
 # -- checkpoint selection (Chen et al.) -----------------------------------------------------
@@ -77,7 +77,7 @@ def _chen_greedy(name: str, mode: str):
     def solver(g: Graph, budget: float | None = None, *, cost_model: CostModel | None = None,
                time_limit: float | None = None, candidates: str = mode, b: float | None = None,
                points: int = 100) -> Plan:
-        t0 = time.perf_counter()
+        clock = Deadline(time_limit)
         cm = cost_model or default_cost_model()
         ctx = _context(g)
         used, C = candidate_chain(g, candidates)
@@ -91,14 +91,14 @@ def _chen_greedy(name: str, mode: str):
         seen: dict[tuple[int, ...], _Point] = {}
         evaluated = []
         for bv in grid:
-            if evaluated and out_of_time(t0, time_limit):
+            if evaluated and clock.expired():
                 break
             cps = tuple(chen_greedy_checkpoints(ctx, cset, bv))
             if cps in seen:
                 continue
             p = seen[cps] = _evaluate(g, ctx, cps, None, cm, bv)
             evaluated.append(p)
-        return _result(name, g, ctx, budget, evaluated, t0, cm,
+        return _result(name, g, ctx, budget, evaluated, clock.start, cm,
                        {"candidates": used, "n_candidates": len(C), "grid_size": len(grid)})
 
     solver.__name__ = name.replace("-", "_")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ...cost.model import CostModel, default_cost_model
 from ...graph.graph import Graph
 from ...plans.plan import Plan
-from .policy import _context, _evaluate, _result, candidate_chain, out_of_time
+from ..deadline import Deadline
+from .policy import _context, _evaluate, _result, candidate_chain
 from .revolve import revolve_snapshots, revolve_steps
 
 
@@ -30,7 +29,7 @@ def griewank(g: Graph, budget: float | None = None, *, cost_model: CostModel | N
     graph has any, else linearized): for ``s`` snapshot slots the optimal binomial schedule,
     its snapshot sets written into ``S`` stage by stage; ``s`` searched over ``0..l-1``
     (``slots=`` runs one). See the module docstring."""
-    t0 = time.perf_counter()
+    clock = Deadline(time_limit)
     cm = cost_model or default_cost_model()
     ctx = _context(g)
     used, C = candidate_chain(g, candidates)
@@ -44,7 +43,7 @@ def griewank(g: Graph, budget: float | None = None, *, cost_model: CostModel | N
         grid = griewank_slot_grid(l)
     evaluated = []
     for s in grid:
-        if evaluated and out_of_time(t0, time_limit):
+        if evaluated and clock.expired():
             break
         s_eff = max(0, min(s, l - 1)) if l >= 1 else 0
         snaps = revolve_snapshots(l, s_eff)
@@ -53,4 +52,4 @@ def griewank(g: Graph, budget: float | None = None, *, cost_model: CostModel | N
         evaluated.append(p)
     details = {"candidates": used, "n_candidates": len(C), "chain_steps": l,
                "revolve_steps": {int(s): revolve_steps(l, s) for s in grid} if l <= 4096 else None}
-    return _result("griewank", g, ctx, budget, evaluated, t0, cm, details)
+    return _result("griewank", g, ctx, budget, evaluated, clock.start, cm, details)

@@ -383,11 +383,6 @@ def _evaluate(g: Graph, ctx: _Ctx, states: Sequence[int], snapshots, cm: CostMod
     return _Point(param, list(states if checkpoints is None else checkpoints), sched, sim, S)
 
 
-def out_of_time(t0: float, time_limit: float | None) -> bool:
-    """A search over a grid stops at ``time_limit`` seconds after ``t0`` (with what it has)."""
-    return time_limit is not None and time.perf_counter() - t0 >= time_limit
-
-
 def _pick(points: list[_Point], budget: float) -> tuple[_Point, bool]:
     """The cheapest valid point within the budget (ties: lower peak), else the lowest peak."""
     ok = [p for p in points if p.sim.valid and p.sim.peak_bytes <= budget]
@@ -413,7 +408,7 @@ def _result(name: str, g: Graph, ctx: _Ctx, budget: float | None, points: list[_
     best.schedule.meta.update({"solver": name, "param": best.param})
     res = judged(name, g, b, best.schedule, solve_seconds=time.perf_counter() - t0,
                  status="feasible" if ok else "infeasible", cost_model=cm, message=msg,
-                 details=details)
+                 details=details, sim=best.sim)
     res.S = best.S
     return res
 

@@ -125,7 +125,7 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
             if closest is None or sim.peak_bytes < closest[0]:
                 state["closest"] = (sim.peak_bytes, thr, eps)
             if sim.peak_bytes <= budget and (best is None or sim.compute_cost < best[0] - 1e-12):
-                state["best"] = (sim.compute_cost, sim.peak_bytes, thr, eps, sched)
+                state["best"] = (sim.compute_cost, sim.peak_bytes, thr, eps, sched, sim)
                 state["S"] = S_int
         return None
 
@@ -166,9 +166,9 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
             msg += "; the time limit stopped the sweep"
         return judged(NAME, g, budget, None, solve_seconds=elapsed(), status=status,
                       cost_model=cm, lower_bound=lp_bound, details=details, message=msg)
-    _, _, thr, eps, sched = best
+    _, _, thr, eps, sched, sim = best
     details.update(threshold=thr, epsilon=eps)
     res = judged(NAME, g, budget, sched, solve_seconds=elapsed(), status="feasible",
-                 cost_model=cm, lower_bound=lp_bound, details=details)
+                 cost_model=cm, lower_bound=lp_bound, details=details, sim=sim)
     res.S = state["S"]
     return res
