@@ -8,6 +8,21 @@ os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 warnings.filterwarnings("ignore", message=".*dynamo_pgo force disabled.*")
 
 
+@pytest.fixture(scope="session")
+def _plan_cache_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("remat-plan-cache")
+
+
+@pytest.fixture(autouse=True)
+def _plan_cache(_plan_cache_root, request, monkeypatch):
+    """remat's plan cache (on by default) never writes to ~/.cache from the tests, and each test
+    has its own (a plan one test stored never answers another's; subprocesses inherit it)."""
+    folder = _plan_cache_root / f"{len(list(_plan_cache_root.iterdir())):05d}"
+    folder.mkdir()
+    monkeypatch.setenv("REMAT_CACHE_DIR", str(folder))
+    yield folder
+
+
 @pytest.fixture(autouse=True)
 def _reset_dynamo():
     try:

@@ -19,9 +19,9 @@ _TORCH_COMPILE = ("fullgraph", "dynamic", "mode", "options", "disable")
 def compile(model: Callable, *, solver: str = "auto", budget: str | float | None = None,
             time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
             compiler: str = "inductor", solver_options: Mapping[str, Any] | None = None,
-            on_plan: Callable | None = None, fullgraph: bool = False, dynamic: bool | None = None,
-            mode: str | None = None, options: dict | None = None, disable: bool = False,
-            **unknown: Any):
+            on_plan: Callable | None = None, cache: bool = True, fullgraph: bool = False,
+            dynamic: bool | None = None, mode: str | None = None, options: dict | None = None,
+            disable: bool = False, **unknown: Any):
     """``torch.compile`` with remat choosing, for every graph of the training step, what the
     forward saves for the backward and what the backward recomputes.
 
@@ -50,6 +50,10 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     - ``solver_options``: the solver's own options, e.g. ``{"threads": 1}`` for checkmate.
     - ``on_plan(graph, plan)``: called with every graph remat plans. On a compile-cache hit
       (same graph and options in an earlier process) nothing is planned and it is not called.
+    - ``cache``: keep plans across runs (default True): a graph planned before with the same
+      options is loaded from remat's plan cache (``$REMAT_CACHE_DIR``, default
+      ``~/.cache/remat/plans``; ``REMAT_CACHE_DIR=off`` turns it off) instead of solved again;
+      ``plan.details["cache"]`` says ``"hit"`` or ``"miss"`` (:mod:`remat.plans.cache`).
 
     ``fullgraph``, ``dynamic``, ``mode``, ``options`` (inductor's config) and ``disable`` are
     ``torch.compile``'s. Any other keyword is an error that lists these.
@@ -60,7 +64,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
                           f"torch.compile's: {', '.join(_TORCH_COMPILE)}")
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
                               compiler=compiler, solver_options=dict(solver_options or {}),
-                              on_plan=on_plan)
+                              on_plan=on_plan, cache=cache)
     label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__name__", "graph")
     backend = RematBackend(settings, options, mode, label=label)  # checks mode and options now
     return torch.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
@@ -69,15 +73,15 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
 
 def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
          time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
-         solver_options: Mapping[str, Any] | None = None, **kwargs: Any) -> Plan:
+         solver_options: Mapping[str, Any] | None = None, cache: bool = True, **kwargs: Any) -> Plan:
     """Plan a model's training step without compiling kernels; returns the :class:`Plan` of
     its first graph (:func:`plan_all` returns one per graph).
 
     The model runs its forward once on ``args`` and ``kwargs`` (keyword inputs such as
     Hugging Face's ``input_ids=..., labels=...`` go to the model), which must involve a tensor
     that requires grad. The graph is the joint forward+backward graph ``torch.compile`` would
-    partition. ``solver``, ``budget``, ``time_limit``, ``strict`` and ``solver_options`` are
-    remat's, as in :func:`compile`.
+    partition. ``solver``, ``budget``, ``time_limit``, ``strict``, ``solver_options`` and
+    ``cache`` (plans kept across runs) are remat's, as in :func:`compile`.
 
     >>> import torch, remat
     >>> def f1(a, b, c, d):
@@ -88,7 +92,7 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
     ['add_2']
     """
     plans = plan_all(model, *args, solver=solver, budget=budget, time_limit=time_limit,
-                     strict=strict, solver_options=solver_options, **kwargs)
+                     strict=strict, solver_options=solver_options, cache=cache, **kwargs)
     if len(plans) > 1:
         warnings.warn(f"the model has {len(plans)} graphs (graph breaks); returning the plan of "
                       "the first. Use remat.plan_all for all of them.", stacklevel=2)
@@ -97,11 +101,12 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
 
 def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
              time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
-             solver_options: Mapping[str, Any] | None = None, **kwargs: Any) -> list[Plan]:
+             solver_options: Mapping[str, Any] | None = None, cache: bool = True,
+             **kwargs: Any) -> list[Plan]:
     """Like :func:`plan`, but one Plan per captured graph (one per graph break + 1)."""
     plans: list[Plan] = []
     compiled = compile(model, solver=solver, budget=budget, time_limit=time_limit, strict=strict,
-                       compiler="eager", solver_options=solver_options,
+                       compiler="eager", solver_options=solver_options, cache=cache,
                        on_plan=lambda g, p: plans.append(p))
     torch._dynamo.reset()
     try:

@@ -59,3 +59,8 @@ class InfeasibleBudgetError(RematError):
 
 class RematFallbackWarning(UserWarning):
     """remat could not plan a graph and used PyTorch's own partitioner instead."""
+
+
+class RematCacheWarning(UserWarning):
+    """A cached plan could not be used (a corrupt or stale entry: remat plans again and
+    replaces it) or could not be stored."""

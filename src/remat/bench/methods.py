@@ -75,8 +75,10 @@ class MethodSpec:
     solver_options: dict = field(default_factory=dict)
 
     def compile_options(self, **extra: Any) -> dict:
-        """Keyword arguments of ``remat.compile`` for this method."""
-        return dict(solver=self.solver, solver_options=dict(self.solver_options), **self.options, **extra)
+        """Keyword arguments of ``remat.compile`` for this method. The plan cache is off
+        (planning time is measured), unless the method's options turn it on."""
+        return {"solver": self.solver, "solver_options": dict(self.solver_options), "cache": False,
+                **self.options, **extra}
 
 
 def parse_method(method: str) -> MethodSpec:

@@ -23,7 +23,8 @@ codegen: fast to compile, for tests and inspection)."""
 @dataclass(frozen=True)
 class Options:
     """How remat plans each graph of a step. ``on_plan(graph, plan)`` is called for every
-    graph remat plans (not on a compile-cache hit, where nothing is planned)."""
+    graph remat plans (not on a compile-cache hit, where nothing is planned). ``cache``: look
+    plans up in, and store them in, remat's plan cache (:mod:`remat.plans.cache`)."""
 
     solver: str = "auto"
     budget: Budget | None = None
@@ -32,6 +33,7 @@ class Options:
     compiler: str = "inductor"
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     on_plan: Callable[..., Any] | None = None
+    cache: bool = True
 
     @classmethod
     def create(cls, **kwargs: Any) -> "Options":
@@ -50,15 +52,17 @@ class Options:
             raise OptionError(f"on_plan must be a function on_plan(graph, plan), not {o.on_plan!r}")
         if not isinstance(o.solver_options, Mapping):
             raise OptionError(f"solver_options must be a dict of the solver's options, not {o.solver_options!r}")
+        if not isinstance(o.cache, bool):
+            raise OptionError(f"cache must be True or False, not {o.cache!r}")
         check_options(o.solver, dict(o.solver_options), budget)
         return cls(o.solver, budget, check_time_limit(o.time_limit), o.strict, o.compiler,
-                   dict(o.solver_options), o.on_plan)
+                   dict(o.solver_options), o.on_plan, o.cache)
 
     def key(self) -> str:
         """What decides the plans (the callback does not): for compile caches."""
         opts = sorted(self.solver_options.items())
         budget = None if self.budget is None else (self.budget.kind, self.budget.value)
-        return f"{self.solver}|{budget}|{self.time_limit}|{self.strict}|{opts}"
+        return f"{self.solver}|{budget}|{self.time_limit}|{self.strict}|{opts}|cache={self.cache}"
 
 
-NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan")
+NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan", "cache")

@@ -25,8 +25,9 @@ from ..capture import joint as tc
 from ..capture.to_graph import graph_from_joint
 from ..errors import InfeasibleBudgetError, RematError, RematFallbackWarning, UnsupportedGraphError
 from ..plans.budget import TORCH_HEADROOM
+from ..plans.cache import cached_solve
 from ..plans.plan import Plan
-from ..solvers import info, solve
+from ..solvers import info
 from ..solvers.mincut import cut_cost
 from .fx import lower
 from .options import Options
@@ -78,8 +79,8 @@ class RematPartitioner(CustomPartitionerFn):
                 return self._torch_baseline(gm, joint_inputs, backup, **kwargs)
             joint = tc.prepare_joint(gm, num_fwd_outputs, static)
             graph = graph_from_joint(joint, self.param_indices, name=self.graph_name)
-            plan = solve(graph, o.solver, budget=o.budget, time_limit=o.time_limit,
-                         headroom=TORCH_HEADROOM, **o.solver_options)
+            plan = cached_solve(graph, o.solver, budget=o.budget, time_limit=o.time_limit,
+                                headroom=TORCH_HEADROOM, cache=o.cache, **o.solver_options)
             fw, bw = lower(joint, plan)
             self._report(plan)
             return fw, bw

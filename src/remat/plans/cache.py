@@ -1,0 +1,412 @@
+"""Plans cached across runs: a second process that plans the same graph with the same options
+loads the plan instead of solving again (no torch, no pickle).
+
+A cache entry is one JSON file per key, ``<key>.json`` in the cache directory::
+
+    {"format": "remat-plan-cache", "version": 1, "key": "<sha256>", "graph_hash": "<sha256>",
+     "remat": "0.2.0", "plan": {<Plan.to_dict(), "remat.plan" version 2>}}
+
+The **key** (:func:`cache_key`) is a sha256 over canonical JSON (sorted keys, no Python hash
+anywhere, so it is the same in every process and under every ``PYTHONHASHSEED``) of:
+
+- the cache format version, remat's version and a hash of the planner's source (the
+  ``graph``, ``cost``, ``plans`` and ``solvers`` packages and ``errors.py``) and the versions of
+  the numerical libraries the solvers call (numpy, scipy, ortools, highspy): a new remat or a
+  changed solver never reads an old plan;
+- the graph (:func:`graph_hash`): every node in the graph's topological order with every
+  field of :class:`~remat.graph.Node` (name, op, inputs, role, bytes, flops, category,
+  profiled cost, shape, dtype, fusible and the other flags) and its whole ``meta`` (sorted;
+  capture's ``alias_of``, ``container`` and ``module`` are there). The graph's *name* is not:
+  two identical graphs under different names (the same model compiled again in one process,
+  or under another label) share an entry, and a hit carries the asking graph's name. The
+  graph's own ``meta`` (facts about the whole graph, such as symbolic sizes) is covered too;
+- the solver's name, the budget (its kind and value as the user wrote it, and the bytes the
+  solver plans within), the headroom, the time limit, the solver's options and the cost
+  model (its class and its device profile).
+
+Reading an entry checks it before use: a file that is not JSON, has another format or
+version, another key, or whose plan does not load against the graph (a node it names is not
+in the graph, a saved value differs, or its schedule, replayed in the simulator, is invalid,
+over the budget or peaks elsewhere than when it was stored) is ignored with a
+:class:`~remat.errors.RematCacheWarning`; the next :meth:`PlanCache.put` overwrites it. Writes
+are atomic (a temporary file in the same directory, then ``os.replace``), so processes that
+plan the same graph at once (DDP ranks) never read half a file.
+
+The directory (:func:`default_directory`) is ``$REMAT_CACHE_DIR`` when set, else
+``$XDG_CACHE_HOME/remat/plans`` (``~/.cache/remat/plans``); ``REMAT_CACHE_DIR=off`` (or
+``cache=False``) turns the cache off.
+
+>>> import tempfile
+>>> from remat.graph.examples import cos_cos_graph
+>>> d = tempfile.mkdtemp()
+>>> cached_solve(cos_cos_graph(), "mincut-aggressive", cache=d).details["cache"]
+'miss'
+>>> p = cached_solve(cos_cos_graph(), "mincut-aggressive", cache=d)
+>>> p.details["cache"], p.saved_names, p.feasible
+('hit', ['add_2'], True)
+>>> import shutil; shutil.rmtree(d)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..cost.model import CostModel, default_cost_model
+from ..errors import PlanError, RematCacheWarning
+from ..graph.graph import Graph, Node
+from .budget import Budget
+from .plan import Plan, _saved_value
+
+CACHE_FORMAT = "remat-plan-cache"
+CACHE_VERSION = 1
+"""Bumped whenever the layout of an entry or what the key covers changes."""
+
+ENV = "REMAT_CACHE_DIR"
+OFF = ("off", "0", "false", "no", "none")
+"""Values of ``$REMAT_CACHE_DIR`` that turn the cache off."""
+
+_LIBRARIES = ("numpy", "scipy", "ortools", "highspy")
+_PLANNER = ("graph", "cost", "plans", "solvers")
+_CACHE_FIELDS = ("cache", "cache_file", "cache_seconds", "cached_solve_seconds")
+
+
+class Uncacheable(ValueError):
+    """A graph or an option that has no canonical JSON form (an arbitrary object): the plan is
+    made without the cache."""
+
+
+# -- canonical hashing ----------------------------------------------------------------------
+def _canonical(x: Any) -> Any:
+    """``x`` as plain JSON values, the same in every process; :class:`Uncacheable` if it has
+    no such form."""
+    if x is None or isinstance(x, (bool, str, int)):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else repr(x)
+    if isinstance(x, (list, tuple)):
+        return [_canonical(v) for v in x]
+    if isinstance(x, (dict, Mapping)):
+        out = {}
+        for k, v in x.items():
+            if not isinstance(k, (str, int, float, bool)) and k is not None:
+                raise Uncacheable(f"a key {k!r} of type {type(k).__name__}")
+            out[str(k)] = _canonical(v)
+        return out
+    if isinstance(x, (set, frozenset)):
+        return sorted((_canonical(v) for v in x), key=_dumps)
+    if hasattr(x, "item") and callable(x.item) and not isinstance(x, (bytes, bytearray)):
+        try:  # numpy scalars
+            return _canonical(x.item())
+        except (TypeError, ValueError):
+            pass
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {"__class__": f"{type(x).__module__}.{type(x).__qualname__}",
+                **{f.name: _canonical(getattr(x, f.name)) for f in dataclasses.fields(x)}}
+    raise Uncacheable(f"a value {x!r} of type {type(x).__name__}")
+
+
+def _dumps(x: Any) -> str:
+    return json.dumps(x, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _sha256(x: Any) -> str:
+    return hashlib.sha256(_dumps(x).encode()).hexdigest()
+
+
+_NODE_FIELDS = tuple(f.name for f in dataclasses.fields(Node))
+
+
+_PLAIN = (str, int, bool, type(None))
+
+
+def _node_record(n: Node) -> list:
+    out = []
+    for name in _NODE_FIELDS:
+        v = getattr(n, name)
+        if name in ("flops", "cost") and v is not None and not isinstance(v, bool):
+            v = float(v)  # 0 from a JSON file and 0.0 from capture are the same graph
+        if type(v) in _PLAIN:
+            out.append(v)
+        elif type(v) is tuple and all(type(x) in _PLAIN for x in v):
+            out.append(list(v))  # inputs, shape
+        elif type(v) is dict and all(type(k) is str and type(x) in _PLAIN for k, x in v.items()):
+            out.append(v)  # meta as capture writes it (json sorts its keys)
+        else:
+            out.append(_canonical(v))
+    return out
+
+
+def graph_hash(g: Graph) -> str:
+    """sha256 of every node of ``g`` in topological order, every field of
+    :class:`~remat.graph.Node` and its ``meta`` included, and the graph's own ``meta`` where it
+    has one; not the graph's name. Raises :class:`Uncacheable` when a ``meta`` value has no
+    JSON form.
+
+    >>> from remat.graph.examples import cos_cos_graph
+    >>> g = cos_cos_graph()
+    >>> graph_hash(g) == graph_hash(Graph(g.nodes, name="another name"))
+    True
+    >>> n = g.nodes[-1]
+    >>> graph_hash(g) == graph_hash(g.replace_nodes([*g.nodes[:-1], n.replace(bytes=n.bytes + 1)]))
+    False
+    """
+    def compute(g: Graph) -> str:
+        return _sha256({"fields": list(_NODE_FIELDS), "nodes": [_node_record(n) for n in g.nodes],
+                        "meta": _canonical(getattr(g, "meta", None) or {})})
+
+    return g._derived("cache.graph_hash", compute)
+
+
+@functools.cache
+def planner_fingerprint() -> str:
+    """remat's version, a hash of the planner's source and the numerical libraries' versions:
+    what must match for a stored plan to be the plan this remat would make."""
+    from importlib import metadata
+
+    import remat
+
+    root = Path(remat.__file__).parent
+    h = hashlib.sha256()
+    files = [root / "errors.py"] + [p for pkg in _PLANNER for p in sorted((root / pkg).rglob("*.py"))]
+    for p in files:
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        h.update(p.read_bytes() + b"\0")
+    libs = {}
+    for lib in _LIBRARIES:
+        try:
+            libs[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            libs[lib] = None
+    return _sha256({"remat": getattr(remat, "__version__", None), "source": h.hexdigest(),
+                    "libraries": libs})
+
+
+def cache_key(graph: Graph, solver: str, *, budget: Budget | str | float | None = None,
+              cost_model: CostModel | None = None, time_limit: float | None = None,
+              headroom: float = 0.0, options: Mapping[str, Any] | None = None) -> str:
+    """The key of the plan ``solve(graph, solver, budget=..., ...)`` makes (see the module's
+    docstring for what it covers). Raises :class:`Uncacheable` for an option with no JSON
+    form, and :class:`~remat.errors.BudgetError` for a budget remat cannot read."""
+    parsed = None if budget is None else Budget.parse(budget)
+    cm = cost_model or default_cost_model()
+    return _sha256({
+        "format": CACHE_FORMAT, "version": CACHE_VERSION, "planner": planner_fingerprint(),
+        "graph": graph_hash(graph), "solver": str(solver),
+        "budget": None if parsed is None else {"kind": parsed.kind, "value": parsed.value,
+                                               "planned_bytes": parsed.planned_bytes(graph, headroom)},
+        "headroom": float(headroom), "time_limit": None if time_limit is None else float(time_limit),
+        "options": _canonical(dict(options or {})),
+        "cost_model": {"class": f"{type(cm).__module__}.{type(cm).__qualname__}", **_canonical(cm)},
+    })
+
+
+# -- the store ------------------------------------------------------------------------------
+def default_directory() -> Path | None:
+    """``$REMAT_CACHE_DIR``, else ``$XDG_CACHE_HOME/remat/plans`` or ``~/.cache/remat/plans``;
+    None when ``$REMAT_CACHE_DIR`` is ``off`` (or ``0``, ``false``, ``no``, ``none``)."""
+    env = os.environ.get(ENV, "").strip()
+    if env:
+        return None if env.lower() in OFF else Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return Path(base).expanduser() / "remat" / "plans" if base else Path.home() / ".cache" / "remat" / "plans"
+
+
+class PlanCache:
+    """Plans stored as JSON files, one per key, in ``directory`` (created on the first
+    :meth:`put`)."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+
+    @classmethod
+    def default(cls) -> "PlanCache | None":
+        """The cache at :func:`default_directory`, or None when it is turned off."""
+        d = default_directory()
+        return None if d is None else cls(d)
+
+    def path(self, key: str) -> Path:
+        if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+            raise ValueError(f"a cache key is a sha256 in hex, not {key!r}")
+        return self.directory / f"{key}.json"
+
+    def __repr__(self) -> str:
+        return f"PlanCache({str(self.directory)!r})"
+
+    def get(self, key: str, graph: Graph, *, budget: float | None = None,
+            cost_model: CostModel | None = None) -> Plan | None:
+        """The plan stored under ``key``, loaded against ``graph`` and judged by the simulator
+        (against ``budget`` bytes, under ``cost_model``); None when there is none. An entry
+        that cannot be used is ignored with a :class:`~remat.errors.RematCacheWarning`."""
+        path = self.path(key)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            return self._ignore(path, f"it cannot be read ({e})")
+        try:
+            entry = json.loads(text)
+        except ValueError as e:
+            return self._ignore(path, f"it is not JSON ({e})")
+        if not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT:
+            return self._ignore(path, f"it is not a remat plan cache entry (no \"format\": \"{CACHE_FORMAT}\")")
+        if entry.get("version") != CACHE_VERSION:
+            return self._ignore(path, f"it has version {entry.get('version')!r}; this remat reads "
+                                      f"version {CACHE_VERSION}")
+        if entry.get("key") != key:
+            return self._ignore(path, "it holds another key")
+        try:
+            ghash = graph_hash(graph)
+        except Uncacheable:
+            return None
+        if entry.get("graph_hash") != ghash:
+            return self._ignore(path, "it was stored for another graph")
+        try:
+            plan = Plan.from_dict(entry.get("plan"), graph)
+            why = _check(plan, graph, budget, cost_model)
+        except (PlanError, KeyError, TypeError, ValueError, AttributeError) as e:
+            why = f"its plan does not load against the graph ({type(e).__name__}: {e})"
+        if why:
+            return self._ignore(path, why)
+        plan.graph_name = graph.name
+        return plan
+
+    def put(self, key: str, plan: Plan, graph: Graph | None = None) -> Path | None:
+        """Store ``plan`` under ``key`` (atomically; an entry already there is replaced).
+        Returns the file, or None (with a warning) when it cannot be written."""
+        graph = graph if graph is not None else plan.graph
+        if graph is None:
+            raise PlanError("a plan is stored with the graph it was made for: pass graph=")
+        path = self.path(key)
+        d = plan.to_dict()
+        d["details"] = {k: v for k, v in d.get("details", {}).items() if k not in _CACHE_FIELDS}
+        import remat
+
+        entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,
+                 "graph_hash": graph_hash(graph), "remat": getattr(remat, "__version__", None),
+                 "plan": d}
+        tmp = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(entry, f, separators=(",", ":"), allow_nan=False)
+            os.replace(tmp, path)
+        except (OSError, TypeError, ValueError) as e:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            warnings.warn(f"remat could not store a plan in its cache at {path} ({type(e).__name__}: "
+                          f"{e}); the next run plans again. Set {ENV} to a writable folder or to "
+                          "'off'.", RematCacheWarning, stacklevel=2)
+            return None
+        return path
+
+    def _ignore(self, path: Path, why: str) -> None:
+        warnings.warn(f"remat ignores the cached plan {path}: {why}; planning again (the entry is "
+                      "replaced)", RematCacheWarning, stacklevel=3)
+        return None
+
+
+def _check(plan: Plan, graph: Graph, budget: float | None, cost_model: CostModel | None) -> str:
+    """Why ``plan`` (loaded against ``graph``) cannot be used, or ``""``; judges it."""
+    if plan.statements is None:
+        return "it holds no schedule"
+    names = [s.name for s in plan.saved] + list(plan.decisions) + plan.recomputed + plan.moved_to_backward
+    unknown = [n for n in names if n not in graph]
+    if unknown:
+        return f"it names {unknown[0]!r}, which is not in the graph"
+    if any(_saved_value(graph[s.name]) != s for s in plan.saved):
+        return "its saved values differ from the graph's"
+    stored_peak = plan.peak_bytes
+    plan.judge(budget, cost_model or default_cost_model())
+    if plan.status == "invalid":
+        return f"its schedule is not valid on the graph ({plan.message})"
+    if not plan.feasible:
+        return f"its schedule does not fit ({plan.status}: {plan.message})"
+    if stored_peak is not None and stored_peak != plan.peak_bytes:
+        return f"it was stored with a peak of {stored_peak} bytes, the simulator now finds {plan.peak_bytes}"
+    return ""
+
+
+def resolve(cache: "PlanCache | str | os.PathLike | bool | None") -> PlanCache | None:
+    """The cache ``cache`` stands for: True: :meth:`PlanCache.default`; False or None: none;
+    a folder; or a :class:`PlanCache`."""
+    if cache is True:
+        return PlanCache.default()
+    if cache is False or cache is None:
+        return None
+    if isinstance(cache, PlanCache):
+        return cache
+    if isinstance(cache, (str, os.PathLike)):
+        return None if str(cache).strip().lower() in OFF else PlanCache(cache)
+    raise TypeError(f"cache must be True, False, a folder or a PlanCache, not {cache!r}")
+
+
+def cached_solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | None = None,
+                 cost_model: CostModel | None = None, time_limit: float | None = 60.0,
+                 headroom: float = 0.0, cache: "PlanCache | str | os.PathLike | bool | None" = True,
+                 **options: Any) -> Plan:
+    """:func:`remat.solvers.solve`, through the cache: a plan stored for the same graph and
+    options is loaded and judged by the simulator as a fresh one would be; otherwise the
+    solver runs and its plan is stored. ``plan.details["cache"]`` says ``"hit"`` or
+    ``"miss"`` (``"off"`` without a cache); on a hit ``solve_seconds`` is the time the lookup
+    took and ``details["cached_solve_seconds"]`` the original solve's. An infeasible budget
+    raises as :func:`~remat.solvers.solve` does and nothing is stored."""
+    from ..solvers import check_options, check_time_limit, solve  # solvers import plans
+
+    store = resolve(cache)
+    key = None
+    if store is not None:
+        check_options(solver, options, budget)  # an unknown option raises, hit or miss
+        time_limit = check_time_limit(time_limit)
+        t0 = time.perf_counter()
+        cm = cost_model or default_cost_model()
+        try:
+            key = cache_key(graph, solver, budget=budget, cost_model=cm, time_limit=time_limit,
+                            headroom=headroom, options=options)
+        except Uncacheable:
+            key = None
+        if key is not None:
+            parsed = None if budget is None else Budget.parse(budget)
+            bounded = parsed is not None and parsed.kind in ("bytes", "fraction")
+            limit = parsed.planned_bytes(graph, headroom) if bounded else None
+            plan = store.get(key, graph, budget=limit, cost_model=cm)
+            if plan is not None:
+                plan.details["cached_solve_seconds"] = plan.solve_seconds
+                plan.solve_seconds = time.perf_counter() - t0
+                if parsed is not None:
+                    # as solve() reports it; "min" asks for the least peak, which is the plan's
+                    asked = parsed.bytes_for(graph) if bounded else plan.peak_bytes
+                    limit = limit if bounded else plan.peak_bytes
+                    plan.budget = limit
+                    plan.options.update(budget=parsed.text, budget_bytes=asked, planned_bytes=limit)
+                plan.details.update(cache="hit", cache_file=str(store.path(key)))
+                return plan
+    plan = solve(graph, solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
+                 headroom=headroom, **options)
+    if key is None:
+        plan.details["cache"] = "off"
+        return plan
+    if plan.feasible and plan.statements is not None:
+        path = store.put(key, plan, graph)
+        if path is not None:
+            plan.details["cache_file"] = str(path)
+    plan.details["cache"] = "miss"
+    return plan
+
+
+__all__ = ["CACHE_FORMAT", "CACHE_VERSION", "PlanCache", "Uncacheable", "cache_key", "cached_solve",
+           "default_directory", "graph_hash", "planner_fingerprint", "resolve"]
