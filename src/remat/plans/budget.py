@@ -1,19 +1,28 @@
 """Memory budgets: what a user may write, what it means in bytes for a graph, and how bytes
 are shown (no torch).
 
-A budget bounds the simulated peak memory of the whole training step, inputs and parameters
-included. It is either bytes, written with a unit (``"6GiB"``, ``"512MB"``) or as a whole
-number of bytes (``6e9``, ``6_000_000_000``), or a fraction of the peak without
-recomputation, in ``(0, 1]`` (``0.6``, ``"60%"``; :func:`reference_peak`). Anything else
-(``1.5``, ``"abc"``, ``-1``, ``True``) is refused with a :class:`~remat.errors.BudgetError`
-that says what to write instead.
+A budget bounds the simulated peak memory of the training step. It is one of:
+
+- **bytes**, written with a unit (``"6GiB"``, ``"512MB"``) or as a whole number of bytes
+  (``6e9``, ``6_000_000_000``): the whole step's peak, inputs and parameters included;
+- **a fraction** in ``(0, 1]`` (``0.6``, ``"60%"``) of the step's *activation memory*: the
+  peak above what is resident anyway (:func:`resident_bytes`: inputs, parameters, and the
+  gradients and outputs the step keeps), without recomputation (:func:`reference_peak`).
+  ``budget=0.6`` keeps that part of the peak within 60% of itself: the planned peak is
+  ``resident + 0.6 * (reference_peak - resident)``;
+- ``"min"``: the least peak remat can reach.
+
+Anything else (``1.5``, ``"abc"``, ``-1``, ``True``) is refused with a
+:class:`~remat.errors.BudgetError` that says what to write instead.
 
 >>> Budget.parse("6GiB").value, Budget.parse(0.6).kind, Budget.parse("60%").value
 (6442450944.0, 'fraction', 0.6)
+>>> Budget.parse("min").kind
+'min'
 >>> Budget.parse(1.5)
 Traceback (most recent call last):
 ...
-remat.errors.BudgetError: budget 1.5 is neither a fraction in (0, 1] nor a byte count: write a fraction such as 0.6 (of the peak without recomputation) or bytes with a unit such as '1.5GiB'
+remat.errors.BudgetError: budget 1.5 is neither a fraction in (0, 1] nor a byte count: write a fraction such as 0.6 (of the activation memory without recomputation), bytes with a unit such as '1.5GiB', or 'min'
 """
 
 from __future__ import annotations
@@ -39,13 +48,13 @@ the ConvBN test step; allocator rounding): ``remat.compile`` and ``remat plan --
 within ``(1 - TORCH_HEADROOM) * budget``. A fractional budget, being relative to the
 simulator's own peak, gets none, so ``budget=1.0`` always fits."""
 
-_HOW = ("write a fraction such as 0.6 (of the peak without recomputation) or bytes with a unit "
-        "such as '6GiB'")
+_HOW = ("write a fraction such as 0.6 (of the activation memory without recomputation), bytes "
+        "with a unit such as '6GiB', or 'min' (the least memory remat can reach)")
 
 
 @dataclass(frozen=True)
 class Budget:
-    """A parsed budget: ``kind`` is ``"bytes"`` or ``"fraction"``; ``text`` is what was given."""
+    """A parsed budget: ``kind`` is ``"bytes"``, ``"fraction"`` or ``"min"``; ``text`` is what was given."""
 
     kind: str
     value: float
@@ -59,6 +68,8 @@ class Budget:
         text = str(budget)
         if isinstance(budget, bool) or not isinstance(budget, (str, int, float)):
             raise BudgetError(f"budget {budget!r} is not understood: {_HOW}")
+        if isinstance(budget, str) and budget.strip().lower() == "min":
+            return cls("min", 0.0, text)
         if isinstance(budget, str):
             m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(%|[kmgt]i?b|b)?",
                              budget.strip().replace("_", ""), flags=re.I)
@@ -76,12 +87,12 @@ class Budget:
         if value <= 1:
             return cls("fraction", value, text)
         if unit == "fraction":
-            raise BudgetError(f"budget {budget!r} is over 100% of the peak without recomputation, "
-                              "which every plan fits: use 100% or less")
+            raise BudgetError(f"budget {budget!r} is over 100% of the activation memory without "
+                              "recomputation, which every plan fits: use 100% or less")
         if value != int(value):
             raise BudgetError(f"budget {budget!r} is neither a fraction in (0, 1] nor a byte count: "
-                              f"write a fraction such as 0.6 (of the peak without recomputation) or "
-                              f"bytes with a unit such as '{value:g}GiB'")
+                              f"write a fraction such as 0.6 (of the activation memory without "
+                              f"recomputation), bytes with a unit such as '{value:g}GiB', or 'min'")
         return cls._bytes(value, text)
 
     @classmethod
@@ -91,8 +102,12 @@ class Budget:
         return cls("bytes", float(round(value)), text)
 
     def bytes_for(self, g: Graph) -> int:
-        """The budget in bytes for graph ``g`` (a fraction is of :func:`reference_peak`)."""
-        return int(self.value * reference_peak(g)) if self.kind == "fraction" else int(self.value)
+        """The budget in bytes for graph ``g``: a fraction is of its activation memory
+        (:func:`activation_bytes`) above :func:`resident_bytes`; ``"min"`` is 0 (the
+        solvers then return their least peak)."""
+        if self.kind == "fraction":
+            return int(resident_bytes(g) + self.value * activation_bytes(g))
+        return int(self.value)
 
     def planned_bytes(self, g: Graph, headroom: float = 0.0) -> int:
         """What a solver plans within: :meth:`bytes_for` less ``headroom`` (a share, for byte
@@ -100,22 +115,42 @@ class Budget:
         if not 0.0 <= headroom < 1.0:
             raise ValueError(f"headroom must be in [0, 1), not {headroom}")
         asked = self.bytes_for(g)
-        return asked if self.kind == "fraction" else int(asked * (1.0 - headroom))
+        return int(asked * (1.0 - headroom)) if self.kind == "bytes" else asked
 
     def __str__(self) -> str:
-        return f"{self.value:g} of the peak without recomputation" if self.kind == "fraction" \
-            else format_bytes(self.value)
+        if self.kind == "min":
+            return "the least memory remat can reach"
+        return f"{self.value:g} of the activation memory without recomputation" \
+            if self.kind == "fraction" else format_bytes(self.value)
+
+
+def _reference(g: Graph):
+    def run(g: Graph):
+        st = staged(g)
+        return simulate(schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st)))
+
+    return g._derived("reference_sim", run)
 
 
 def reference_peak(g: Graph) -> int:
-    """Peak of the step with no recomputation, the scale of a fractional budget: every
-    value is computed once, in the staged order the budgeted solvers schedule in, and kept
-    until its last reader (seeds/001's checkpoint-all)."""
-    def peak(g: Graph) -> int:
-        st = staged(g)
-        return simulate(schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st))).peak_bytes
+    """Peak of the step with no recomputation: every value is computed once, in the staged
+    order the budgeted solvers schedule in, and kept until its last reader (seeds/001's
+    checkpoint-all)."""
+    return int(_reference(g).peak_bytes)
 
-    return g._derived("reference_peak", peak)
+
+def resident_bytes(g: Graph) -> int:
+    """What the step holds whatever the plan: inputs and parameters, and what it keeps at
+    its end (gradients, outputs): the no-recomputation schedule's end. A training loop that
+    keeps its gradients between steps (``zero_grad(set_to_none=False)``) and its optimizer
+    state holds these before the step starts."""
+    return int(_reference(g).end_bytes)
+
+
+def activation_bytes(g: Graph) -> int:
+    """The step's activation memory, the scale of a fractional budget: the peak without
+    recomputation above :func:`resident_bytes` (at least one byte)."""
+    return max(1, reference_peak(g) - resident_bytes(g))
 
 
 def format_bytes(n: float) -> str:

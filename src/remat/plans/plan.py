@@ -195,10 +195,14 @@ class Plan:
             self.feasible, self.status = False, "invalid"
             self.message = f"the solver returned an invalid schedule: {sim.errors[0]}"
         elif budget is not None and sim.peak_bytes > budget:
+            if self.status != "over_budget":  # the solver's own verdict, if a larger budget fits
+                self.details["solver_status"] = self.status
             self.feasible, self.status = False, "over_budget"
             self.message = (f"schedule peaks at {sim.peak_bytes} bytes, over the budget of {int(budget)}"
                             + (f" ({self.message})" if self.message else ""))
         else:
+            if self.status == "over_budget":  # judged again against a budget it fits
+                self.status = self.details.pop("solver_status", "feasible")
             self.feasible = self.status in FEASIBLE_STATUSES
         return self
 

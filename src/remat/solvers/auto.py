@@ -1,16 +1,29 @@
 """``solver="auto"``: the default. Without a budget, the fusion-aware min cut (conservative);
-with one, every solver that can plan within it, and the cheapest plan that fits.
+with one, the fastest plan within it, fusion-aware first.
 
-Checkmate's MILP for its time limit, the classic baselines and the min cuts each propose a
-schedule; the simulator judges each against the budget; the plan of least additive compute
-cost (then least peak) wins. When none fits, the plan returned is the one of least peak,
-with every attempt in ``details["tried"]``, and :func:`remat.solvers.solve` raises
-:class:`~remat.errors.InfeasibleBudgetError` with the smallest feasible budget found.
+With a budget, in this order, each stage only if the ones before found nothing that fits:
+
+1. **the no-budget plan** (conservative min cut): when it fits, it is the answer unless a
+   frontier plan is no slower and no larger, so a budget never gives a plan that needs more
+   memory or time than ``remat.compile(model)`` without one;
+2. **the fusion-aware frontier** (:mod:`remat.solvers.mincut.frontier`): every saved set that
+   is cheapest for some price of memory, and the aggressive min cut, each judged by the
+   simulator (real peak, fusion-aware predicted time); the fastest within the budget wins.
+   A few max-flows: well under a second on 50k-node graphs;
+3. **schedules that recompute in stages**, which a saved set cannot express: the classic
+   baselines (:data:`AUTO_BASELINES`), then Checkmate's MILP on graphs of at most
+   :data:`MILP_MAX_NODES` nodes, all within what is left of ``time_limit``.
+
+When nothing fits, the plan of least peak is returned (every attempt in
+``details["tried"]``) and :func:`remat.solvers.solve` raises
+:class:`~remat.errors.InfeasibleBudgetError` naming the least peak found. ``budget=0``
+(``budget="min"``) asks for that plan: every stage runs, and the least peak wins.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from ..cost.model import CostModel, default_cost_model
 from ..errors import RematError
@@ -18,41 +31,118 @@ from ..graph.graph import Graph
 from ..plans.plan import Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
+from .deadline import Deadline
 from .mincut import mincut
+from .mincut.frontier import frontier
+from .progress import report
 
-AUTO_BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "chen-sqrtn-linearized",
-                  "chen-greedy-linearized", "griewank")
-"""The baselines ``auto`` tries beside the MILP (in case it finds nothing in its time limit):
-the chain policies on the articulation points (``chen-*``, when the graph has any) and on the
-whole forward order (``-linearized``: on GPT-2 small only these fit 0.6 of the peak)."""
+AUTO_BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-sqrtn-linearized", "chen-greedy",
+                  "griewank", "chen-greedy-linearized")
+"""The baselines ``auto`` tries when no saved set fits, cheapest first: the chain policies on
+the articulation points (``chen-*``, when the graph has any) and on the whole forward order
+(``-linearized``: on GPT-2 only these reach 0.2), and REVOLVE. The greedy ones search (5-10 s
+on an 800-node graph); the time limit stops them at their best so far."""
 
-MINCUT_MODES = ("conservative", "aggressive")
+STAGED_SECONDS = 10.0
+"""At most this much of the time limit goes to the baselines and the MILP, so that a budget
+nothing reaches is reported in seconds."""
+
+MILP_MAX_NODES = 400
+"""Checkmate's MILP joins ``auto`` only on graphs this small: on GPT-2 small (2,000 nodes)
+HiGHS spends a minute without a first schedule."""
 
 
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
          time_limit: float | None = None) -> Plan:
-    """The conservative min cut without a budget; with one, the cheapest plan within it of
-    Checkmate's MILP (``time_limit`` seconds), :data:`AUTO_BASELINES` and both min cuts."""
+    """The conservative min cut without a budget; with one, the fastest plan within it (see
+    the module docstring). Each stage is announced to :func:`remat.solvers.progress.report`."""
     if budget is None:
         return mincut(g, "conservative")
     t0 = time.perf_counter()
+    clock = Deadline(time_limit)
     cm = cost_model or default_cost_model()
-    plans = [checkmate(g, budget, time_limit=time_limit, cost_model=cm)]
-    plans += [BASELINES[name](g, budget, cost_model=cm) for name in AUTO_BASELINES]
-    for mode in MINCUT_MODES:
+    say = report
+    least = budget <= 0
+    plans: list[Plan] = []
+
+    limit = None if least else int(budget)  # least memory: judged without a bound
+
+    def attempt(name: str, make: Callable[[], Plan]) -> Plan | None:
         try:
-            plans.append(mincut(g, mode).judge(budget, cm))
-        except RematError as e:  # a graph the min cut cannot plan
-            plans.append(Plan.without_schedule(g, solver=f"mincut-{mode}", status="unsupported",
-                                               message=str(e)))
-    tried = [{"solver": p.solver, "status": p.status, "peak_bytes": p.peak_bytes,
-              "compute_cost": p.compute_cost, "message": p.message} for p in plans]
+            p = make()
+        except RematError as e:  # a graph this solver cannot plan
+            p = Plan.without_schedule(g, solver=name, status="unsupported", message=str(e))
+        if p.statements is not None and (p.sim is None or p.budget != limit):
+            p.judge(limit, cm)
+        plans.append(p)
+        return p
+
+    say(f"{g.name}: the min cut without a budget")
+    base = attempt("mincut-conservative", lambda: mincut(g, "conservative"))
+    say(f"{g.name}: the fusion-aware frontier")
+    points = _frontier_plans(g, budget, cm, clock, attempt)
+    attempt("mincut-aggressive", lambda: mincut(g, "aggressive"))
+    if base.feasible and not least:
+        better = [p for p in plans if p.feasible and p is not base
+                  and p.predicted_seconds <= base.predicted_seconds and p.peak_bytes <= base.peak_bytes
+                  and (p.predicted_seconds, p.peak_bytes) < (base.predicted_seconds, base.peak_bytes)]
+        return _done(min(better, key=_speed) if better else base, plans, t0, points)
+    staged = Deadline(STAGED_SECONDS if clock.limit is None else min(clock.left(), STAGED_SECONDS))
+    if least or not any(p.feasible for p in plans):
+        for name in AUTO_BASELINES:
+            if staged.expired():
+                break
+            say(f"{g.name}: baseline {name}")
+            attempt(name, lambda name=name: BASELINES[name](g, limit or 0, cost_model=cm,
+                                                              time_limit=staged.left()))
+    if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
+            and not staged.expired():
+        say(f"{g.name}: Checkmate's MILP")
+        attempt("checkmate", lambda: checkmate(g, budget, time_limit=staged.left(), cost_model=cm,
+                                               explain_infeasible=False))
+    valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
+    if least and valid:
+        best = min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
+        return _done(best, plans, t0, points)
     fits = [p for p in plans if p.feasible]
     if fits:
-        best = min(fits, key=lambda p: (p.compute_cost, p.peak_bytes))
-    else:
-        valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
-        best = min(valid, key=lambda p: p.peak_bytes) if valid else plans[0]
-    best.details["tried"] = tried
+        return _done(min(fits, key=_speed), plans, t0, points)
+    best = min(valid, key=lambda p: p.peak_bytes) if valid else plans[0]
+    return _done(best, plans, t0, points)
+
+
+def _speed(p: Plan) -> tuple:
+    """Fastest first (the fusion-aware prediction, or the additive cost on profiled graphs),
+    then least peak, then the solver's name: a deterministic choice."""
+    return (p.predicted_seconds, p.peak_bytes, p.solver)
+
+
+def _frontier_plans(g: Graph, budget: float, cm: CostModel, clock: Deadline, attempt) -> int:
+    try:
+        points = frontier(g, cm, time_limit=clock.left())
+    except RematError as e:  # no valid saved set (flags that forbid every cut)
+        attempt("frontier", lambda: Plan.without_schedule(g, solver="frontier", status="unsupported",
+                                                          message=str(e)))
+        return 0
+    seen: set[tuple[str, ...]] = set()
+    for k, pt in enumerate(points):
+        key = tuple(pt.saved)
+        if key in seen:
+            continue
+        seen.add(key)
+        attempt("frontier", lambda pt=pt, k=k: Plan.from_saved_set(
+            g, pt.saved, solver="frontier", cost=float(pt.time),
+            details={"frontier_point": k, "frontier_points": len(points), "saved_bytes": pt.memory,
+                     "memory_price": [pt.lam_low, pt.lam_high]}))
+        if clock.expired():
+            break
+    return len(points)
+
+
+def _done(best: Plan, plans: list[Plan], t0: float, points: int) -> Plan:
+    best.details["tried"] = [{"solver": p.solver, "status": p.status, "peak_bytes": p.peak_bytes,
+                              "predicted_seconds": p.predicted_seconds,
+                              "compute_cost": p.compute_cost, "message": p.message} for p in plans]
+    best.details["frontier_points"] = points
     best.solve_seconds = time.perf_counter() - t0
     return best

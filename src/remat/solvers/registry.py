@@ -133,8 +133,9 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
           headroom: float = 0.0, **options: Any) -> Plan:
     """Plan ``graph`` with ``solver``; returns a judged :class:`~remat.plans.Plan`.
 
-    ``budget``: bytes (``"6GiB"``, ``6e9``) or a fraction of the peak without recomputation
-    (``0.6``), read by :class:`~remat.plans.budget.Budget`; ``headroom``: the share of a byte
+    ``budget``: bytes (``"6GiB"``, ``6e9``), a fraction of the activation memory without
+    recomputation (``0.6``) or ``"min"`` (the least peak the solver reaches), read by
+    :class:`~remat.plans.budget.Budget`; ``headroom``: the share of a byte
     budget left free (:data:`~remat.plans.budget.TORCH_HEADROOM` on a real training step).
     Raises :class:`~remat.errors.InfeasibleBudgetError` (with the smallest feasible budget
     found) when the plan does not fit, :class:`~remat.errors.OptionError` for an unknown
@@ -159,6 +160,9 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
     limit = None if parsed is None else parsed.planned_bytes(graph, headroom)
     t0 = time.perf_counter()
     plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=time_limit, **options)
+    if parsed is not None and parsed.kind == "min" and plan.peak_bytes is not None \
+            and plan.status != "invalid":
+        asked = limit = plan.peak_bytes  # the least peak found is the budget asked for
     if plan.statements is not None and (plan.sim is None or plan.budget != limit):
         # the ensures of every solver: valid, and within the budget (a plan the simulator
         # already judged against this budget, as judged() does, is not replayed again)
@@ -170,6 +174,8 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
         plan.options.update(budget=parsed.text, budget_bytes=asked, planned_bytes=limit)
         if not plan.feasible:
             left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+            if "tried" in plan.details:  # auto searched already: the first points only
+                left = 0.0
             raise infeasible(graph, plan, asked, limit, headroom, time_limit=left)
     return plan
 
