@@ -129,10 +129,17 @@ def _param_indices(gm: torch.fx.GraphModule) -> set[int]:
 
 def _graph_name(gm: torch.fx.GraphModule, label: str) -> str:
     """``label_0_0``: what is compiled (the model's class or the function's name) and dynamo's
-    compile id (frame, recompile), distinct for each graph of a step."""
+    compile id (frame, recompile), distinct for each graph of a step. Under DDP, dynamo's
+    DDPOptimizer splits one graph into a submodule per bucket, all with the same compile id
+    (they share one ``meta`` dict) and compiled in order: they are ``label_0_0_submod0``,
+    ``label_0_0_submod1``, ... (torch's ``submod_K``)."""
     label = re.sub(r"\W+", "", label) or "graph"
     cid = gm.meta.get("dynamo_compile_id")
-    return f"{label}_{str(cid).replace('/', '_')}" if cid is not None else label
+    name = f"{label}_{str(cid).replace('/', '_')}" if cid is not None else label
+    if "DDPOptimizer" in str(getattr(gm, "compile_subgraph_reason", "")):
+        k = gm.meta["remat_ddp_submods"] = gm.meta.get("remat_ddp_submods", -1) + 1
+        name = f"{name}_submod{k}"
+    return name
 
 
 def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
