@@ -28,7 +28,7 @@ from typing import Callable
 from ..cost.model import CostModel, default_cost_model
 from ..errors import RematError
 from ..graph.graph import Graph
-from ..plans.plan import Plan
+from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
 from .deadline import Deadline
@@ -103,6 +103,9 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
     valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
     if least and valid:
         best = min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
+        if best.status not in FEASIBLE_STATUSES:  # a baseline asked for 0 bytes says "infeasible"
+            best.details["solver_status"], best.status = best.status, "feasible"
+        best.judge(best.peak_bytes, cm, sim=best.sim)
         return _done(best, plans, t0, points)
     fits = [p for p in plans if p.feasible]
     if fits:

@@ -5,10 +5,10 @@ it will not recompute; it is blind to a budget. Here the same flow network gets 
 prices, so one family of cuts spans the whole trade-off:
 
 - **recomputation** is priced instead of banned: an arc ``s -> i_in`` (cut when the backward
-  runs ``i`` again) costs ``i``'s FLOPs at the device's peak and, for an op that does not fuse
-  (a matmul, a convolution, a reduction that shrinks its input a lot, a value the backward
-  materializes anyway), the traffic of its own kernel. Only random ops and ``must_save`` values
-  stay banned (fresh randomness is never allowed), and ``must_recompute`` values are never
+  runs ``i`` again) costs what the simulator will count for it: ``i``'s FLOPs at the device's
+  peak and, for a value written to memory (not fusible, or read by an op that is not), the
+  write, the reads of a non-fusible op's inputs and a kernel launch. Only random ops and
+  ``must_save`` values stay banned (fresh randomness is never allowed), and ``must_recompute`` values are never
   saved. Prices are byte-equivalents: seconds times the device's bandwidth.
 - **memory** costs ``lam`` per byte a saved value holds across the forward and backward: the arc
   ``i_in -> i_out`` costs ``traffic_i + lam * bytes_i``.
@@ -41,7 +41,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ...cost.model import CostModel, default_cost_model
+from ...cost.model import CostModel, default_cost_model, materialized
 from ...errors import PlanError
 from ...graph.graph import Graph
 from ..deadline import Deadline
@@ -120,7 +120,7 @@ def _prices(g: Graph, cm: CostModel) -> Prices:
     a = g._arrays
     hard = np.zeros(a.n, dtype=bool)
     hard[[index[n] for n, why in ban.items() if why in HARD_BANS]] = True
-    recompute = _recompute_prices(g, cm, set(index[n] for n in ban))
+    recompute = _recompute_prices(g, cm)
     profiled = cm.uses_profiled_costs(g)
     save = np.zeros(a.n, dtype=np.int64) if profiled else np.asarray(facts.capacity, dtype=np.int64)
     priced = ~hard & (recompute > 0) & facts.required_arr & ~a.primal
@@ -135,10 +135,12 @@ def _prices(g: Graph, cm: CostModel) -> Prices:
     return Prices(2 + 2 * a.n, np.asarray(tails), np.asarray(heads), time, memory)
 
 
-def _recompute_prices(g: Graph, cm: CostModel, banned: set[int]) -> np.ndarray:
-    """Byte-equivalent price of running each forward node again in the backward: its FLOPs
-    at the device's peak, plus, for an op the conservative min cut bans (it would not fuse
-    there), the bytes its own kernel moves and a launch."""
+def _recompute_prices(g: Graph, cm: CostModel) -> np.ndarray:
+    """Byte-equivalent price of running each forward node again in the backward, as the
+    simulator counts a compute: its FLOPs at the device's peak; for a value written to
+    memory anyway (:func:`remat.cost.model.materialized`: not fusible, or read by an op that
+    is not) its write and a kernel launch; for an op that does not fuse, the reads of its
+    inputs. Graphs with profiled costs price each op at its cost."""
     a = g._arrays
     dev = cm.device
     out = np.zeros(a.n, dtype=np.int64)
@@ -149,13 +151,16 @@ def _recompute_prices(g: Graph, cm: CostModel, banned: set[int]) -> np.ndarray:
         out[a.primal] = 0
         return out
     ins = g.input_indices
+    mat = materialized(g)
     per_second = dev.bandwidth
     for i, n in enumerate(g.nodes):
         if not a.forward[i] or a.primal[i]:
             continue
         price = n.flops / dev.peak_flops * per_second
-        if i in banned:
-            price += int(a.bytes[i]) + sum(int(a.bytes[j]) for j in ins[i]) + dev.launch_seconds * per_second
+        if mat[i]:
+            price += int(a.bytes[i]) + dev.launch_seconds * per_second
+        if not a.fusible[i]:
+            price += sum(int(a.bytes[j]) for j in ins[i])
         out[i] = int(np.ceil(price))
     return out
 
