@@ -46,11 +46,6 @@ DTENSOR_XFAIL = pytest.mark.xfail(strict=False, reason=(
     "gradient output; capture/to_graph.py sets backward_output only on forward nodes, so the "
     "plan does not save it and torch's extraction fails: 'AssertionError: Node primals_14 was "
     "invalid, but is output' (fix: backward_output for primal placeholders in bwd_outputs too)"))
-DDP_FRACTION_XFAIL = pytest.mark.xfail(strict=False, reason=(
-    "a fractional budget applies to each DDP bucket graph alone: InfeasibleBudgetError: no "
-    "schedule of 'DistributedDataParallel_4_0_submod0' fits the budget of 113.27 KiB ... the "
-    "smallest feasible budget found is 129.28 KiB (issue 10: a fraction is of the whole step)"))
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -197,8 +192,7 @@ def test_tensor_parallel_model_is_the_full_model(fast):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", [pytest.param(s, marks=[DDP_FRACTION_XFAIL] if s == "ddp:eager:auto:0.6" else [])
-                                  for s in BUDGETED])
+@pytest.mark.parametrize("spec", BUDGETED)
 def test_budgeted(budgeted, spec):
     check(budgeted, spec)
 

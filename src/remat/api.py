@@ -66,7 +66,9 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
                               compiler=compiler, solver_options=dict(solver_options or {}),
                               on_plan=on_plan, cache=cache)
     label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__name__", "graph")
-    backend = RematBackend(settings, options, mode, label=label)  # checks mode and options now
+    params = model.parameters() if isinstance(model, torch.nn.Module) else ()
+    model_bytes = sum(p.numel() * p.element_size() for p in params)
+    backend = RematBackend(settings, options, mode, label=label, model_bytes=model_bytes)  # checks mode and options now
     return torch.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
                          options=options, disable=disable)
 

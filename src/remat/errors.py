@@ -64,3 +64,8 @@ class RematFallbackWarning(UserWarning):
 class RematCacheWarning(UserWarning):
     """A cached plan could not be used (a corrupt or stale entry: remat plans again and
     replaces it) or could not be stored."""
+
+
+class RematBudgetWarning(UserWarning):
+    """A graph of a multi-graph step could not meet its share of the step's budget: it runs
+    at its least memory and the graphs after it get less (:mod:`remat.plans.step`)."""

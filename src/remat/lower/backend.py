@@ -26,22 +26,25 @@ from torch._inductor.virtualized import V
 
 from ..errors import OptionError, RematError
 from .options import NAMES, Options
+from ..plans.step import StepBudget
 from .partitioner import RematPartitioner
 
 
 class RematBackend:
     """A dynamo backend that plans every graph with remat. ``inductor_options``: inductor
     config patches (``torch.compile``'s ``options``); ``mode``: ``torch.compile``'s mode;
-    ``label``: what the graphs are named after (the model's class)."""
+    ``label``: what the graphs are named after (the model's class); ``model_bytes``: the
+    model's parameter bytes (a byte budget bounds the whole step: :mod:`remat.plans.step`)."""
 
     __name__ = "remat"
 
     def __init__(self, options: Options | None = None, inductor_options: dict | None = None,
-                 mode: str | None = None, label: str = "graph") -> None:
+                 mode: str | None = None, label: str = "graph", model_bytes: int = 0) -> None:
         self.options = options or Options.create()
         self.label = label
         self.inductor_options = dict(inductor_options or {})
         self.mode = mode
+        self.step = StepBudget(self.options.budget, model_bytes)  # the budget of the whole step
         inductor_patches(mode, self.inductor_options)  # a clear error now, not at the first call
 
     def __repr__(self) -> str:
@@ -52,7 +55,7 @@ class RematBackend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
                  options: dict | None = None):
         part = RematPartitioner(self.options, param_indices=_param_indices(gm),
-                                graph_name=_graph_name(gm, self.label))
+                                graph_name=_graph_name(gm, self.label), step=self.step)
         patches = inductor_patches(mode or self.mode, {**self.inductor_options, **(options or {})})
         try:
             if self.options.compiler == "eager":

@@ -23,8 +23,11 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from ..capture import joint as tc
 from ..capture.to_graph import graph_from_joint
-from ..errors import InfeasibleBudgetError, RematError, RematFallbackWarning, UnsupportedGraphError
-from ..plans.budget import TORCH_HEADROOM
+from ..errors import (InfeasibleBudgetError, RematBudgetWarning, RematError, RematFallbackWarning,
+                      UnsupportedGraphError)
+from ..cost.model import constant_bytes
+from ..plans.budget import TORCH_HEADROOM, format_bytes
+from ..plans.step import StepBudget
 from ..plans.cache import cached_solve
 from ..plans.plan import Plan
 from ..solvers import info
@@ -53,8 +56,9 @@ class RematPartitioner(CustomPartitionerFn):
     """
 
     def __init__(self, options: Options | None = None, param_indices: Collection[int] = (),
-                 graph_name: str = "joint") -> None:
+                 graph_name: str = "joint", step: StepBudget | None = None) -> None:
         self.options = options or Options.create()
+        self.step = step if step is not None else StepBudget(self.options.budget)
         self.param_indices = frozenset(param_indices)
         self.graph_name = graph_name
         self.fell_back: list[str] = []
@@ -79,8 +83,7 @@ class RematPartitioner(CustomPartitionerFn):
                 return self._torch_baseline(gm, joint_inputs, backup, **kwargs)
             joint = tc.prepare_joint(gm, num_fwd_outputs, static)
             graph = graph_from_joint(joint, self.param_indices, name=self.graph_name)
-            plan = cached_solve(graph, o.solver, budget=o.budget, time_limit=o.time_limit,
-                                headroom=TORCH_HEADROOM, cache=o.cache, **o.solver_options)
+            plan = self._plan(graph)
             fw, bw = lower(joint, plan)
             self._report(plan)
             return fw, bw
@@ -99,6 +102,41 @@ class RematPartitioner(CustomPartitionerFn):
                     f"remat could not plan a graph ({reason}); using PyTorch's own partitioner for "
                     "it. Pass strict=True to raise instead.", RematFallbackWarning, stacklevel=2)
             return tc.torch_mincut(backup, joint_inputs, **kwargs)
+
+    def _plan(self, graph) -> Plan:
+        """Plan ``graph`` within its share of the step's budget (:mod:`remat.plans.step`)."""
+        o = self.options
+        step = self.step
+        share = step.share(graph, constant_bytes(graph)) if o.budget is not None else None
+        if share is None:
+            budget, headroom = None, 0.0
+        elif o.budget.kind == "min":
+            budget, headroom = "min", 0.0
+        else:
+            budget, headroom = max(1, share), TORCH_HEADROOM if o.budget.kind == "bytes" else 0.0
+
+        def solve_within(budget, headroom):
+            return cached_solve(graph, o.solver, budget=budget, time_limit=o.time_limit,
+                                headroom=headroom, cache=o.cache, **o.solver_options)
+
+        try:
+            plan = solve_within(budget, headroom)
+        except InfeasibleBudgetError as e:
+            if step.may_refuse(graph):
+                raise
+            plan = solve_within("min", 0.0)
+            warnings.warn(
+                f"graph {graph.name!r} (graph {len(step.graphs) + 1} of its step) cannot meet its "
+                f"share of the step's budget {o.budget.text!r} ({format_bytes(share)}); it runs at "
+                f"its least memory, {format_bytes(plan.peak_bytes)}, and the graphs after it get "
+                f"{format_bytes(max(0, plan.peak_bytes - share))} less ({e.args[0][:200]})",
+                RematBudgetWarning, stacklevel=2)
+        if o.budget is not None:
+            # the budget asked for the step; budget_bytes is this graph's share of it
+            plan.options["budget"] = o.budget.text
+            plan.options["step_graph"] = len(step.graphs) + 1
+        step.planned(graph, plan.saved_activation_bytes)
+        return plan
 
     def _report(self, plan: Plan) -> None:
         if self.options.on_plan is not None:

@@ -1,0 +1,112 @@
+"""A budget for the whole training step when the step is several graphs (no torch).
+
+A graph break, DDP's buckets (DDPOptimizer) and FSDP2's blocks split one training step into
+graphs that run in order: the forwards ``1..N``, then the backwards ``N..1``. While graph
+``k`` runs, every earlier graph holds the activations it saved for its backward, and no
+later graph holds anything yet. So the step's activation memory is, at its peak,
+``max_k (sum_{j<k} saved_j + act_k)``, where ``act_k`` is graph ``k``'s own peak above what
+it holds anyway. :class:`StepBudget` shares a budget among the graphs in that order, as
+they are planned (the order PyTorch compiles them in, which is the order they run in):
+
+- a **fraction** ``f``: graph ``k`` may use ``f * (sum_{j<k} ref_saved_j + ref_act_k)`` (the
+  same prefix of the step without recomputation) less what the graphs before it saved. A
+  graph that saves less than its share leaves the rest to the graphs after it; when every
+  graph keeps to its share, the step keeps to ``f`` of its activation memory;
+- **bytes** ``B``: graph ``k`` may peak at ``B`` less what the graphs before it saved and
+  less the parameters of the model that are not its own (``outside_bytes``, with their
+  gradients), so that the whole step stays within ``B``;
+- ``"min"``: every graph at its least memory.
+
+A graph alone in its step gets exactly the budget it would get on its own. When a graph
+cannot meet its share, it is refused (:class:`~remat.errors.InfeasibleBudgetError`) only if
+it is the first graph of the step and nothing says more are coming; otherwise it gets its
+least-memory plan, a :class:`~remat.errors.RematBudgetWarning` says by how much it is over,
+and the graphs after it get less. DDP's bucket graphs are known to come in numbers
+(``submod`` in their names).
+
+>>> from remat.graph.examples import cos_cos_graph
+>>> from remat.plans.budget import Budget
+>>> step = StepBudget(Budget.parse(0.5))
+>>> g = cos_cos_graph()
+>>> step.share(g) == Budget.parse(0.5).bytes_for(g)  # alone: the graph's own budget
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..cost.model import storage
+from ..graph.graph import Graph
+from .budget import Budget, activation_bytes, resident_bytes
+from .saved_set import required_forward
+
+
+@dataclass
+class _Planned:
+    name: str
+    ref_saved: int  # bytes the graph saves for its backward without recomputation
+    saved: int  # bytes its plan saves
+
+
+@dataclass
+class StepBudget:
+    """The budget of one training step, shared among its graphs as they are planned.
+    ``model_bytes``: the model's parameter bytes (for byte budgets: the part a graph's own
+    accounting does not see, and its gradients, is taken off its share; 0 when unknown)."""
+
+    budget: Budget | None
+    model_bytes: int = 0
+    graphs: list[_Planned] = field(default_factory=list)
+
+    @property
+    def first(self) -> bool:
+        return not self.graphs
+
+    def share(self, g: Graph, own_param_bytes: int = 0) -> int | None:
+        """The bytes graph ``g`` may peak at (its own accounting: its inputs, parameters and
+        kept values included); None without a budget; 0 for ``"min"``. A graph that comes
+        at or before a graph already planned (a recompile: new shapes, or a new step) starts
+        the step again from its place."""
+        key = _position(g.name)
+        self.graphs = [p for p in self.graphs if _position(p.name) < key]
+        b = self.budget
+        if b is None:
+            return None
+        if b.kind == "min":
+            return 0
+        held = sum(p.saved for p in self.graphs)
+        if b.kind == "fraction":
+            ref = sum(p.ref_saved for p in self.graphs) + activation_bytes(g)
+            return int(resident_bytes(g) + max(0.0, b.value * ref - held))
+        outside = max(0, self.model_bytes - own_param_bytes) * 2  # parameters and gradients
+        return int(b.value) - held - outside
+
+    def planned(self, g: Graph, saved_bytes: int) -> None:
+        """Record that ``g``'s plan saves ``saved_bytes`` for its backward."""
+        self.graphs.append(_Planned(g.name, reference_saved_bytes(g), int(saved_bytes)))
+
+    def may_refuse(self, g: Graph) -> bool:
+        """Whether an infeasible share of ``g`` is an error (see the module docstring)."""
+        return self.first and "submod" not in g.name
+
+
+def _position(name: str) -> tuple[int, int]:
+    """Where a graph runs in its step, from its name ``{label}_{frame}_{recompile}[_submodK]``
+    (dynamo's frame number, DDP's bucket); unknown names come last."""
+    m = re.search(r"_(\d+)_\d+(?:_submod_?(\d+))?$", name)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else (1 << 30, 0)
+
+
+def reference_saved_bytes(g: Graph) -> int:
+    """Bytes ``g`` saves for its backward without recomputation: every value the forward
+    computes that something outside the forward reads (a backward node, or a forward node
+    only the backward needs), each storage once."""
+    a = g._arrays
+    req = required_forward(g)
+    owner, sizes = storage(g)
+    ptr, users = a.user_lists
+    held = {owner[i] for i in range(a.n) if req[i] and not a.primal[i]
+            and any(not req[u] for u in users[ptr[i]:ptr[i + 1]])}
+    return int(sum(sizes[o] for o in held))
