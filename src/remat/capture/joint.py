@@ -98,7 +98,15 @@ def must_save_tag(node: fx.Node) -> bool:
 
 
 def must_recompute_tag(node: fx.Node) -> bool:
+    """Tagged MUST_RECOMPUTE or PREFER_RECOMPUTE: inside a ``torch.utils.checkpoint`` region
+    (PREFER_RECOMPUTE) or chosen so by a selective-checkpoint policy."""
     return P.must_recompute(node)
+
+
+def prefers_recompute_tag(node: fx.Node) -> bool:
+    """Tagged PREFER_RECOMPUTE (what a plain ``torch.utils.checkpoint`` region asks for), as
+    opposed to a policy's MUST_RECOMPUTE."""
+    return node.meta.get("recompute") == CheckpointPolicy.PREFER_RECOMPUTE
 
 
 def partition_with_saved(joint: JointInfo, saved: Iterable[fx.Node]) -> tuple[fx.GraphModule, fx.GraphModule]:

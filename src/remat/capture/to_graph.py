@@ -5,6 +5,22 @@ joint-graph passes, so random ops are already the seeded ``inductor_random`` for
 inductor will run). Sizes, shapes and dtypes come from the FakeTensor in ``node.meta["val"]``,
 FLOPs from ``torch.utils.flop_counter``'s formulas, categories from PyTorch's own op lists
 so that "fusible" means what inductor fuses.
+
+Dynamic shapes (``torch.compile(..., dynamic=True)``, or dynamo marking a size dynamic after
+it changed): the joint graph's sizes are symbols (``s0``). remat plans such a graph once, at
+the sizes of the call that compiled it (the symbols' *hints*), and reads those hints without
+adding a guard, so the graph is not specialised and dynamo does not recompile for new sizes.
+The Graph says so in ``graph.meta["dynamic"]`` (``{"symbols": {"s0": 8, ...}}``, the hint of
+each size symbol) and a node with symbolic sizes keeps them in ``meta["sym_shape"]``; its
+``shape`` and ``bytes`` are those at the hints. The plan is a choice of which values cross
+from forward to backward, so it stays valid for every size: the same values are saved and
+recomputed, and the memory they take grows (or shrinks) with the sizes. How budgets scale
+with them: a fractional budget (``budget=0.6``) is a share of the step's own peak, and the
+same plan keeps about that share at other sizes where the sizes scale the step's tensors
+alike (the batch size; a sequence length outside attention's T x T scores); a byte budget
+(``"6GiB"``) is met at the hint sizes only: larger sizes run the same plan in proportionally
+more memory, without a new plan and without a warning (compile with the largest sizes first,
+or mark them static, to plan for them). Budgets are checked at the hints only.
 """
 
 from __future__ import annotations
@@ -15,13 +31,14 @@ from typing import Collection
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental import symbolic_shapes as ss
 from torch.utils.flop_counter import flop_registry
 from torch.utils._pytree import tree_map
 
 from ..errors import UnsupportedGraphError
 from ..graph.graph import Graph, Node
-from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types
+from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types, prefers_recompute_tag
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -44,11 +61,38 @@ def _packet(node: fx.Node):
     return getattr(node.target, "overloadpacket", None)
 
 
+def _argument(node: fx.Node, name: str, default=None):
+    """The value of ``node``'s argument ``name`` (positional, keyword or the schema's default)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return default
+    for i, a in enumerate(schema.arguments):
+        if a.name == name:
+            if not a.kwarg_only and i < len(node.args):
+                return node.args[i]
+            if name in node.kwargs:
+                return node.kwargs[name]
+            return a.default_value if a.has_default_value() else default
+    return default
+
+
+def _draws_nothing(node: fx.Node) -> bool:
+    """An op tagged ``nondeterministic_seeded`` that draws no random number with these
+    arguments: attention with ``dropout_p == 0`` (PyTorch tags every fused attention op, since
+    it *may* apply dropout) and dropout with ``p == 0`` or ``train=False``."""
+    dropout_p = _argument(node, "dropout_p")
+    if isinstance(dropout_p, (int, float)) and not isinstance(dropout_p, bool):
+        return dropout_p == 0
+    if _packet(node) is aten.native_dropout:
+        return _argument(node, "p") == 0 or _argument(node, "train") is False
+    return False
+
+
 def _is_random(node: fx.Node, ot) -> bool:
     target = node.target
     tags = getattr(target, "tags", ())
     if torch.Tag.nondeterministic_seeded in tags or ot.is_random(node):
-        return True
+        return not _draws_nothing(node)
     name = str(getattr(target, "__name__", target))
     return any(name.startswith(r) for r in _RANDOM_NAMES) and isinstance(target, torch._ops.OpOverload)
 
@@ -98,15 +142,45 @@ def _check_supported(node: fx.Node) -> None:
 
 
 def _hint(x) -> int:
-    """A symbolic size's value for the shapes being compiled (planning uses these)."""
-    for name in ("optimization_hint", "guarding_hint_or_throw", "size_hint", "hint_int"):
-        fn = getattr(ss, name, None)  # the name changes between torch releases
+    """A symbolic size's value for the shapes being compiled (its hint), read without adding a
+    guard: ``int(sym)`` or a comparison would specialise the graph to these sizes, and dynamo
+    would then recompile for every new batch size or sequence length."""
+    if isinstance(x, int):
+        return x
+    for name in ("optimization_hint", "size_hint", "hint_int"):
+        fn = getattr(ss, name, None)  # the name changes between torch releases; none guards
         if fn is not None:
             try:
                 return int(fn(x))
             except Exception:  # noqa: BLE001 - try the next spelling
                 continue
     return int(x.node.hint)
+
+
+def _is_symbolic(x) -> bool:
+    return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _has_symbolic_shape(val) -> bool:
+    if not isinstance(val, torch.Tensor):
+        return False
+    try:
+        strides = val.stride()
+    except (RuntimeError, NotImplementedError):  # sparse and nested tensors have none
+        strides = ()
+    return any(_is_symbolic(s) for s in (*val.shape, *strides))
+
+
+def _at_hints(val):
+    """``val`` with every symbolic size replaced by its hint: a meta tensor of the hinted
+    shape for a tensor, an int for a SymInt (for formulas that would guard on symbols)."""
+    if isinstance(val, torch.Tensor) and _has_symbolic_shape(val):
+        with unset_fake_temporarily():
+            return torch.empty_strided([_hint(s) for s in val.shape], [_hint(s) for s in val.stride()],
+                                       dtype=val.dtype, device="meta")
+    if isinstance(val, torch.SymInt):
+        return _hint(val)
+    return val
 
 
 def _value_info(val) -> tuple[int, tuple[int, ...] | None, str | None, bool]:
@@ -116,7 +190,7 @@ def _value_info(val) -> tuple[int, tuple[int, ...] | None, str | None, bool]:
         if not isinstance(numel, int):  # symbolic size: plan with the hint of the first shapes
             numel = _hint(numel)
         nbytes = int(numel) * val.element_size()
-        shape = tuple(int(s) if isinstance(s, int) else -1 for s in val.shape)
+        shape = tuple(_hint(s) for s in val.shape)  # the hints where sizes are symbolic
         return nbytes, shape, str(val.dtype).removeprefix("torch."), True
     if isinstance(val, (torch.SymInt, int)):
         return 8, (), "int64", True
@@ -177,15 +251,69 @@ def _module_path(node: fx.Node) -> str | None:
 def _flops(node: fx.Node, out_bytes_numel: int) -> float:
     packet = _packet(node)
     if packet in flop_registry:
-        def to_val(a):
-            return a.meta.get("val") if isinstance(a, fx.Node) else a
+        def to_val(a):  # hinted sizes: a formula on symbolic sizes would guard on them
+            return _at_hints(a.meta.get("val") if isinstance(a, fx.Node) else a)
         try:
             args = tree_map(to_val, node.args)
             kwargs = tree_map(to_val, node.kwargs)
-            return float(flop_registry[packet](*args, **kwargs, out_val=node.meta.get("val")))
+            out = tree_map(_at_hints, node.meta.get("val"))
+            return float(flop_registry[packet](*args, **kwargs, out_val=out))
         except Exception:
             return 0.0
     return float(out_bytes_numel)
+
+
+class _Regions:
+    """What :func:`_recompute_region` knows of the nodes seen so far (in topological order)."""
+
+    def __init__(self) -> None:
+        self.available: dict[str, bool] = {}  # could the backward have this value?
+        self.recomputable: dict[str, bool] = {}  # ... by computing it again, to the same value?
+        self.random: set[str] = set()
+
+
+def _recompute_region(node: fx.Node, category: str, saveable: bool, regions: _Regions) -> bool:
+    """Whether a node a user's ``torch.utils.checkpoint`` region (or a selective-checkpoint
+    policy) tags for recomputation is flagged ``must_recompute``; records what later nodes need.
+
+    A tagged node is recomputed, even where remat alone would save it (a matmul, attention),
+    unless recomputing it is impossible or would change its value:
+
+    - a random op is computed once, in the forward, and its value is saved: its randomness is
+      never drawn again, under any plan or budget. Random ops are those that draw: dropout,
+      attention with ``dropout_p > 0`` (with ``dropout_p == 0`` it is a compute op), and on
+      a CPU or GPU under inductor's joint passes ``inductor_seeds`` (draws the seeds) with
+      the seeded ``inductor_lookup_seed`` -> ``inductor_random`` / ``inductor_randint``
+      chain that replaces dropout's ``rand``. The seeded ops would give the same numbers again
+      (inductor's kernels, and remat's eager compiler, run them from the seed; PyTorch's
+      partitioner recomputes them from the saved seed), but remat treats them as it treats
+      random ops outside a region: computed once, the backward reads the forward's value
+      (the boolean mask, when that is the cheapest thing to keep).
+    - a node whose input can be neither saved nor recomputed (an item of a random op's tuple,
+      such as dropout's mask) cannot be recomputed either: it may be saved.
+    - with ``PREFER_RECOMPUTE`` (a plain checkpoint region), a node that reads a random op's
+      value directly (dropout's ``rand < p`` mask) may be saved, so the plan can keep the
+      smaller of the random tensor and what is computed from it; ``MUST_RECOMPUTE`` (a
+      policy) keeps it recomputed.
+
+    So a region never makes a plan impossible: the min cut and every other solver plan it
+    without falling back, and what the user asked to recompute is recomputed wherever that is
+    possible.
+    """
+    name = node.name
+    if node.op == "placeholder":
+        regions.available[name] = regions.recomputable[name] = True
+        return False
+    inputs = [a.name for a in node.all_input_nodes]
+    recomputable = category != "random" and all(regions.available.get(i, True) for i in inputs)
+    regions.recomputable[name] = recomputable
+    regions.available[name] = recomputable or saveable
+    if category == "random":
+        regions.random.add(name)
+    if not recomputable:
+        return False
+    reads_random = any(i in regions.random for i in inputs)
+    return not (reads_random and prefers_recompute_tag(node))
 
 
 def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name: str = "joint") -> Graph:
@@ -194,6 +322,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     Raises UnsupportedGraphError, naming the node, for graphs remat cannot plan.
     """
     ot = op_types()
+    symbols: dict[str, int] = {}
+    regions = _Regions()
     primal_index = {p: i for i, p in enumerate(joint.primals)}
     tangents = set(joint.tangents)
     fwd_out = set(joint.fwd_outputs)
@@ -221,11 +351,19 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
         else:
             role = "backward" if node in joint.tangent_closure else "forward"
         must_save = role == "forward" and must_save_tag(node)
+        recomputable = _recompute_region(node, category, saveable, regions)  # sees every node
+        must_recompute = (not must_save) and must_recompute_tag(node) and recomputable
         numel = nbytes // val.element_size() if isinstance(val, torch.Tensor) else 0
         meta = _memory_meta(node, val, aliases)
         module = _module_path(node)
         if module:
             meta["module"] = module
+        if must_recompute_tag(node):  # what the user's checkpoint region asked, whether or not granted
+            meta["checkpoint"] = "prefer_recompute" if prefers_recompute_tag(node) else "must_recompute"
+        if _has_symbolic_shape(val):
+            meta["sym_shape"] = [str(d) if _is_symbolic(d) else int(d) for d in val.shape]
+        if node.op == "placeholder":
+            _collect_symbols(val, symbols)
         nodes.append(Node(
             name=node.name,
             op=str(getattr(node.target, "__name__", node.target)) if node.op != "placeholder" else "placeholder",
@@ -233,10 +371,30 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             role=role, bytes=nbytes, flops=_flops(node, numel) if node.op == "call_function" else 0.0,
             category=category, shape=shape, dtype=dtype, fusible=fusible,
             must_save=must_save,
-            must_recompute=(not must_save) and must_recompute_tag(node),
+            must_recompute=must_recompute,
             can_save=saveable,
             is_output=(role == "forward" and node in fwd_out) or (role == "backward" and node in bwd_out),
             backward_output=role == "forward" and node in bwd_out,
             meta=meta,
         ))
-    return Graph(nodes, name=name)
+    return Graph(nodes, name=name, meta={"dynamic": {"symbols": symbols}} if symbols else None)
+
+
+def _collect_symbols(val, out: dict[str, int]) -> None:
+    """The size symbols of an input (``s0``) with their hints, into ``out``."""
+    sizes = [val] if isinstance(val, torch.SymInt) else \
+        list(val.shape) if isinstance(val, torch.Tensor) else []
+    for d in sizes:
+        if not isinstance(d, torch.SymInt):
+            continue
+        expr = d.node.expr
+        if expr.is_Symbol:
+            out.setdefault(str(expr), _hint(d))
+            continue
+        env = d.node.shape_env
+        values = getattr(env, "backed_var_to_val", None)
+        if values is None:
+            values = getattr(env, "var_to_val", {})
+        for sym in expr.free_symbols:
+            if str(sym) not in out and sym in values:
+                out[str(sym)] = int(values[sym])

@@ -108,10 +108,14 @@ class Graph:
     is kept where the data flow allows). Raises :class:`GraphError` on duplicate names,
     unknown inputs, cycles, negative sizes, unknown roles or categories, and role
     inconsistencies (a forward node that reads a tangent or backward value).
+
+    ``meta``: free-form facts about the whole graph (capture records there, under
+    ``"dynamic"``, that sizes were symbolic and the hint sizes it was planned at).
     """
 
-    def __init__(self, nodes: Iterable[Node], name: str = "graph") -> None:
+    def __init__(self, nodes: Iterable[Node], name: str = "graph", meta: dict | None = None) -> None:
         self.name = name
+        self.meta: dict = dict(meta or {})
         given = list(nodes)
         _check_fields(given)
         ordered, self._index, self._input_lens, self._input_idx = _toposort(given)
@@ -204,7 +208,7 @@ class Graph:
         return sum(self[n].bytes for n in names)
 
     def replace_nodes(self, nodes: Iterable[Node]) -> "Graph":
-        return Graph(nodes, name=self.name)
+        return Graph(nodes, name=self.name, meta=self.meta)
 
 
 class GraphArrays:

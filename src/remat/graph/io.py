@@ -13,7 +13,8 @@ remat's format (version 1) is one JSON object::
 Required node keys: ``name``, ``op``, ``role``, ``inputs``, ``bytes``, ``flops``,
 ``category``. Optional: ``shape``, ``dtype``, ``cost``, ``fusible``, ``must_save``,
 ``must_recompute``, ``can_save``, ``is_output``, ``backward_output``, ``meta`` (free-form object). Nodes may
-appear in any order; they are sorted topologically on load.
+appear in any order; they are sorted topologically on load. The graph object may hold a
+``meta`` object of its own (:attr:`Graph.meta`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ def graph_to_dict(g: Graph) -> dict[str, Any]:
         if n.meta:
             d["meta"] = n.meta
         nodes.append(d)
-    return {"format": FORMAT, "version": VERSION, "name": g.name, "nodes": nodes}
+    out = {"format": FORMAT, "version": VERSION, "name": g.name, "nodes": nodes}
+    if g.meta:
+        out["meta"] = g.meta
+    return out
 
 
 def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
@@ -79,7 +83,10 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
     if not isinstance(raw_nodes, list):
         raise GraphError(f"{source}: 'nodes' must be a list of node objects")
     nodes = [_node_from_dict(d, i, source) for i, d in enumerate(raw_nodes)]
-    return Graph(nodes, name=str(data.get("name", Path(source).stem)))
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise GraphError(f"{source}: 'meta' must be an object, got {meta!r}")
+    return Graph(nodes, name=str(data.get("name", Path(source).stem)), meta=meta)
 
 
 def _node_from_dict(d: Any, i: int, source: str) -> Node:

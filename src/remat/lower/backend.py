@@ -151,7 +151,7 @@ def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
         # interpret the graph with the boxed convention, freeing each value (inputs included)
         # after its last use, as inductor's code does: memory then follows the plan
         def run(args):
-            return torch.fx.Interpreter(fx_g, garbage_collect_values=True).boxed_run(args)
+            return _SeededInterpreter(fx_g, garbage_collect_values=True).boxed_run(args)
 
         run._boxed_call = True
         return run
@@ -165,6 +165,33 @@ def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
         fw_compiler=nop, bw_compiler=nop, inference_compiler=nop, partition_fn=partition,
         decompositions=select_decomp_table(), keep_inference_input_mutations=True,
     )(gm, example_inputs)
+
+
+class _SeededInterpreter(torch.fx.Interpreter):
+    """Runs ``inductor_random`` / ``inductor_randint`` from their seed, as inductor's kernels
+    do. Their eager forms ignore the seed and draw from the global generator, so a graph that
+    computes one again in the backward (PyTorch's partitioner does, from a saved seed) would
+    get different random numbers than the forward did; seeded, it gets the same ones."""
+
+    def call_function(self, target, args, kwargs):
+        if target is _INDUCTOR_RANDOM and len(args) == 3:
+            size, seed, mode = args
+            return getattr(torch, mode)(size, generator=_generator(seed), device=seed.device,
+                                        dtype=torch.float32)
+        if target is _INDUCTOR_RANDINT and len(args) == 4:
+            low, high, size, seed = args
+            return torch.randint(low, high, size, generator=_generator(seed), device=seed.device)
+        return super().call_function(target, args, kwargs)
+
+
+_INDUCTOR_RANDOM = torch.ops.prims.inductor_random.default
+_INDUCTOR_RANDINT = torch.ops.prims.inductor_randint.default
+
+
+def _generator(seed: torch.Tensor) -> torch.Generator:
+    gen = torch.Generator(device=seed.device)
+    gen.manual_seed(int(seed.item()) & (2**63 - 1))
+    return gen
 
 
 def register_backend() -> None:
