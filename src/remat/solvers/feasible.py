@@ -3,8 +3,8 @@
 Recomputing everything from the inputs, and each baseline at its tightest, are schedules that
 need no search; the least simulated peak among them (and among any plans already made) is a
 budget known to be feasible. It is computed once per graph; under a time limit the baselines
-that search (Chen's greedy, Griewank's slots) stop at their first points once it runs out,
-and the result is not kept.
+that search (Chen's greedy, Griewank's slots) stop once it runs out, the baselines not yet
+tried are skipped, and the result is not kept.
 """
 
 from __future__ import annotations
@@ -27,18 +27,25 @@ def smallest_feasible(g: Graph, tried: Iterable[Plan] = (), *,
     tightest, and the plans in ``tried`` that have a valid schedule. The baselines share
     ``time_limit`` seconds (each evaluates at least one schedule, a fraction of a second on
     Checkmate's largest graphs); when the limit stops their search ``how`` says so."""
+    known = []
+    for p in tried:
+        for peak, name in [(p.peak_bytes, p.solver)] + [
+                (t.get("peak_bytes"), t.get("solver")) for t in p.details.get("tried", ())]:
+            if peak is not None and p.status != "invalid":
+                known.append((int(peak), name))
     best = g._memo.get("smallest_feasible")
     if best is None:
+        if known and time_limit is not None and time_limit <= 0:
+            best = (min(known)[0], f"{min(known)[1]}; no time was left to search for a smaller one")
+            return best  # out of time: what the solvers already found
         best, complete = _cheapest_schedules(g, Deadline(time_limit))
         if complete:
             g._memo["smallest_feasible"] = best
         else:
             best = (best[0], f"{best[1]}; the time limit stopped the search for a smaller one")
-    for p in tried:
-        for peak, name in [(p.peak_bytes, p.solver)] + [
-                (t.get("peak_bytes"), t.get("solver")) for t in p.details.get("tried", ())]:
-            if peak is not None and p.status != "invalid" and peak < best[0]:
-                best = (int(peak), name)
+    for peak, name in known:
+        if peak < best[0]:
+            best = (peak, name)
     return best
 
 
@@ -47,7 +54,9 @@ def _cheapest_schedules(g: Graph, clock: Deadline) -> tuple[tuple[int, str], boo
     S = np.zeros((st.n, st.n), dtype=bool)
     best = (simulate(schedule_from_rs(st, solve_r(st, S), S)).peak_bytes, "recompute-all")
     for name, fn in BASELINES.items():
-        try:  # once the time is out, each baseline evaluates its first point only
+        if clock.expired():
+            break  # the least peak found so far is the answer
+        try:  # a baseline that runs out of time stops at its best point so far
             r = fn(g, 0, time_limit=clock.left())
         except Exception:  # noqa: BLE001 - a baseline that cannot run on this graph is skipped
             continue

@@ -146,7 +146,10 @@ def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
     else:
         candidates = [("given", np.asarray(start, dtype=bool))]
     best = None
-    for name, S in candidates:
+    clock = Deadline(time_left)
+    for k, (name, S) in enumerate(candidates):
+        if k > 0 and clock.expired():
+            break  # out of time: keep the cheapest start found so far, if any
         if S.shape != (model.n, model.n):
             raise ValueError(f"warm_start must be an {model.n} x {model.n} checkpoint matrix")
         S = model.normalize_s(S)
@@ -163,6 +166,10 @@ def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
         return None, "not used (over the budget in the model's accounting)"
     return best[2], f"used ({best[1]})"
 
+
+MIN_HIGHS_SHARE = 0.05
+"""HiGHS runs only if this share of the time limit is left after the starting schedules: its
+presolve cannot be interrupted (7 s on GPT-2 small's 518k columns when started with none left)."""
 
 ROOT_PROBE_COLUMNS = 150_000
 """With a time limit, models with more columns (ResNet50: 286k) first solve the LP relaxation
@@ -252,6 +259,18 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
             x0, details["warm_start"] = _warm_start(model, g, warm_start, cm, lp_time,
                                                     clock.left())
         remaining = clock.left()
+        if remaining is not None and remaining <= MIN_HIGHS_SHARE * time_limit:
+            # the starts used the time up: HiGHS's presolve alone would run past the limit
+            details["emission"] = "warm start (MILP not run: the time limit was spent)"
+            if x0 is None:
+                return judged(NAME, g, budget, None, solve_seconds=elapsed(), status="no_solution",
+                              cost_model=cm, details=details, message=(
+                                  f"the time limit ({time_limit:g} s) ran out before HiGHS could "
+                                  "run and no starting schedule fits the budget"))
+            res, _ = _judge_solution(model, x0, budget, cm, solve_seconds=elapsed(),
+                                     status="time_limit", lower_bound=first_lower, details=details)
+            res.solve_seconds = elapsed()
+            return res
         if remaining is not None and model.num_col > ROOT_PROBE_COLUMNS:
             lp_status, lp_bound, lp_s = _root_probe(model, threads, verbose, 0.9 * remaining)
             details["root_lp"] = {"status": lp_status, "seconds": round(lp_s, 3),
