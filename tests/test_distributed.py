@@ -41,11 +41,6 @@ BUDGETED = ["ddp:eager:auto:0.6", "ddp:eager:auto:1.0", "fsdp:eager:auto:0.6", "
             "tp:eager:auto:1.0"]
 INDUCTOR = ["fsdp:inductor:auto"]
 
-DTENSOR_XFAIL = pytest.mark.xfail(strict=False, reason=(
-    "DTensor's backward returns a primal (the device mesh, an opaque FakeScriptObject) as a "
-    "gradient output; capture/to_graph.py sets backward_output only on forward nodes, so the "
-    "plan does not save it and torch's extraction fails: 'AssertionError: Node primals_14 was "
-    "invalid, but is output' (fix: backward_output for primal placeholders in bwd_outputs too)"))
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -160,8 +155,7 @@ def _collectives(plans: list[dict]) -> dict[str, list[str]]:
     return by_role
 
 
-@pytest.mark.parametrize("spec", [pytest.param(s, marks=[DTENSOR_XFAIL] if s.startswith("dtensor") else [])
-                                  for s in FAST])
+@pytest.mark.parametrize("spec", FAST)
 def test_losses_plans_and_collectives(fast, spec):
     check(fast, spec)
 

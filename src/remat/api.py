@@ -38,10 +38,13 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       memory), ``"checkmate"``, ``"checkmate-lp"``, the baselines (``"chen-greedy"``, ...),
       or PyTorch's own ``"torch-mincut"`` / ``"no-recompute"`` for comparison
       (``remat.solvers.names()`` lists them all).
-    - ``budget``: the peak memory of each step, inputs and parameters included: bytes
-      (``"6GiB"``, ``6e9``) or a fraction of the peak without recomputation (``0.6``). A
-      budget nothing fits raises :class:`remat.InfeasibleBudgetError`, naming the smallest
-      feasible budget found, from the training step.
+    - ``budget``: the peak memory of each step: a fraction of the step's activation memory
+      without recomputation (``0.6``: the peak above parameters, inputs, gradients and
+      outputs), bytes for the whole step (``"6GiB"``, ``6e9``), or ``"min"`` (the least memory
+      remat reaches). Shared among the graphs of a step in the order they run
+      (:mod:`remat.plans.step`). A budget nothing fits raises
+      :class:`remat.InfeasibleBudgetError`, naming the smallest feasible budget found, from
+      the training step.
     - ``time_limit``: seconds a solver may search per graph (None: no limit).
     - ``strict``: raise instead of falling back to PyTorch's partitioner (with a warning)
       when remat cannot plan a graph.

@@ -374,7 +374,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             must_recompute=must_recompute,
             can_save=saveable,
             is_output=(role == "forward" and node in fwd_out) or (role == "backward" and node in bwd_out),
-            backward_output=role == "forward" and node in bwd_out,
+            backward_output=role in ("forward", "input", "param") and node in bwd_out,
             meta=meta,
         ))
     return Graph(nodes, name=name, meta={"dynamic": {"symbols": symbols}} if symbols else None)

@@ -28,9 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph", help="graph file: remat.graph JSON or Checkmate node-link JSON")
     p.add_argument("--solver", default="auto", help=f"one of: {', '.join(names(graphs=True))} (default auto)")
     p.add_argument("--budget", default=None,
-                   help="peak-memory budget: bytes with a unit ('6GiB', '512MB', 1e9) or a fraction of "
-                        "the peak without recomputation (0.6); remat plans within 99%% of a byte budget, "
-                        "as remat.compile does")
+                   help="peak-memory budget: bytes with a unit ('6GiB', '512MB', 1e9), a fraction of "
+                        "the activation memory without recomputation (0.6), or 'min'; remat plans "
+                        "within 99%% of a byte budget, as remat.compile does")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
                    help=f"seconds the solver may search (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (remat.Plan.from_dict reads it)")

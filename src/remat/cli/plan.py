@@ -9,10 +9,14 @@ which :meth:`remat.Plan.from_dict` reads back.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 from ..errors import InfeasibleBudgetError
 from ..graph.io import load_graph
 from ..plans.budget import TORCH_HEADROOM, Budget
 from ..solvers import check_time_limit, solve
+from ..solvers.progress import listening
 
 
 def run(args) -> int:
@@ -20,8 +24,9 @@ def run(args) -> int:
     time_limit = check_time_limit(args.time_limit)
     graph = load_graph(args.graph)
     try:
-        plan = solve(graph, args.solver, budget=budget, time_limit=time_limit,
-                     headroom=TORCH_HEADROOM)
+        with progress(f"planning {graph.name} ({len(graph)} nodes) with {args.solver}"):
+            plan = solve(graph, args.solver, budget=budget, time_limit=time_limit,
+                         headroom=TORCH_HEADROOM)
     except InfeasibleBudgetError as e:
         if not args.json:
             raise
@@ -30,3 +35,17 @@ def run(args) -> int:
         plan.details["smallest_feasible"] = e.smallest_feasible
     print(plan.to_json() if args.json else plan.summary())
     return 0 if plan.feasible else 1
+
+
+@contextlib.contextmanager
+def progress(title: str):
+    """A rich status line on stderr that shows each planning stage as the solvers report it
+    (nothing when stderr is not a terminal, so JSON output and pipes stay clean)."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(title) as status:
+        with listening(lambda msg: status.update(f"{title}: {msg}")):
+            yield
