@@ -19,7 +19,8 @@ _TORCH_COMPILE = ("fullgraph", "dynamic", "mode", "options", "disable")
 def compile(model: Callable, *, solver: str = "auto", budget: str | float | None = None,
             time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
             compiler: str = "inductor", solver_options: Mapping[str, Any] | None = None,
-            on_plan: Callable | None = None, cache: bool = True, fullgraph: bool = False,
+            on_plan: Callable | None = None, cache: bool = True, verbose: bool = False,
+            fullgraph: bool = False,
             dynamic: bool | None = None, mode: str | None = None, options: dict | None = None,
             disable: bool = False, **unknown: Any):
     """``torch.compile`` with remat choosing, for every graph of the training step, what the
@@ -57,6 +58,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       options is loaded from remat's plan cache (``$REMAT_CACHE_DIR``, default
       ``~/.cache/remat/plans``; ``REMAT_CACHE_DIR=off`` turns it off) instead of solved again;
       ``plan.details["cache"]`` says ``"hit"`` or ``"miss"`` (:mod:`remat.plans.cache`).
+    - ``verbose``: show each planning stage on the terminal (a rich status line).
 
     ``fullgraph``, ``dynamic``, ``mode``, ``options`` (inductor's config) and ``disable`` are
     ``torch.compile``'s. Any other keyword is an error that lists these.
@@ -67,7 +69,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
                           f"torch.compile's: {', '.join(_TORCH_COMPILE)}")
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
                               compiler=compiler, solver_options=dict(solver_options or {}),
-                              on_plan=on_plan, cache=cache)
+                              on_plan=on_plan, cache=cache, verbose=verbose)
     label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__name__", "graph")
     params = model.parameters() if isinstance(model, torch.nn.Module) else ()
     model_bytes = sum(p.numel() * p.element_size() for p in params)

@@ -16,7 +16,7 @@ from ..errors import InfeasibleBudgetError
 from ..graph.io import load_graph
 from ..plans.budget import TORCH_HEADROOM, Budget
 from ..solvers import check_time_limit, solve
-from ..solvers.progress import listening
+from ..solvers.progress import shown
 
 
 def run(args) -> int:
@@ -37,15 +37,13 @@ def run(args) -> int:
     return 0 if plan.feasible else 1
 
 
+
 @contextlib.contextmanager
 def progress(title: str):
-    """A rich status line on stderr that shows each planning stage as the solvers report it
-    (nothing when stderr is not a terminal, so JSON output and pipes stay clean)."""
+    """Each planning stage on a rich status line (nothing when stderr is not a terminal, so
+    JSON output and pipes stay clean)."""
     if not sys.stderr.isatty():
         yield
         return
-    from rich.console import Console
-
-    with Console(stderr=True).status(title) as status:
-        with listening(lambda msg: status.update(f"{title}: {msg}")):
-            yield
+    with shown(title):
+        yield

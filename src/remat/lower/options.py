@@ -24,7 +24,8 @@ codegen: fast to compile, for tests and inspection)."""
 class Options:
     """How remat plans each graph of a step. ``on_plan(graph, plan)`` is called for every
     graph remat plans (not on a compile-cache hit, where nothing is planned). ``cache``: look
-    plans up in, and store them in, remat's plan cache (:mod:`remat.plans.cache`)."""
+    plans up in, and store them in, remat's plan cache (:mod:`remat.plans.cache`).
+    ``verbose``: show each planning stage on the terminal (does not change the plans)."""
 
     solver: str = "auto"
     budget: Budget | None = None
@@ -34,6 +35,7 @@ class Options:
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     on_plan: Callable[..., Any] | None = None
     cache: bool = True
+    verbose: bool = False
 
     @classmethod
     def create(cls, **kwargs: Any) -> "Options":
@@ -52,11 +54,13 @@ class Options:
             raise OptionError(f"on_plan must be a function on_plan(graph, plan), not {o.on_plan!r}")
         if not isinstance(o.solver_options, Mapping):
             raise OptionError(f"solver_options must be a dict of the solver's options, not {o.solver_options!r}")
+        if not isinstance(o.verbose, bool):
+            raise OptionError(f"verbose must be True or False, not {o.verbose!r}")
         if not isinstance(o.cache, bool):
             raise OptionError(f"cache must be True or False, not {o.cache!r}")
         check_options(o.solver, dict(o.solver_options), budget)
         return cls(o.solver, budget, check_time_limit(o.time_limit), o.strict, o.compiler,
-                   dict(o.solver_options), o.on_plan, o.cache)
+                   dict(o.solver_options), o.on_plan, o.cache, o.verbose)
 
     def key(self) -> str:
         """What decides the plans (the callback does not): for compile caches."""
@@ -65,4 +69,5 @@ class Options:
         return f"{self.solver}|{budget}|{self.time_limit}|{self.strict}|{opts}|cache={self.cache}"
 
 
-NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan", "cache")
+NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan", "cache",
+         "verbose")

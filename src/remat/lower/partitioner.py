@@ -12,6 +12,7 @@ a plan remat could not check.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import warnings
@@ -31,6 +32,7 @@ from ..plans.step import StepBudget
 from ..plans.cache import cached_solve
 from ..plans.plan import Plan
 from ..solvers import info
+from ..solvers.progress import shown
 from ..solvers.mincut import cut_cost
 from .fx import lower
 from .options import Options
@@ -116,8 +118,11 @@ class RematPartitioner(CustomPartitionerFn):
             budget, headroom = max(1, share), TORCH_HEADROOM if o.budget.kind == "bytes" else 0.0
 
         def solve_within(budget, headroom):
-            return cached_solve(graph, o.solver, budget=budget, time_limit=o.time_limit,
-                                headroom=headroom, cache=o.cache, **o.solver_options)
+            shows = shown(f"remat: planning {graph.name} ({len(graph)} nodes)") if o.verbose \
+                else contextlib.nullcontext()
+            with shows:
+                return cached_solve(graph, o.solver, budget=budget, time_limit=o.time_limit,
+                                    headroom=headroom, cache=o.cache, **o.solver_options)
 
         try:
             plan = solve_within(budget, headroom)

@@ -36,7 +36,7 @@ def smallest_feasible(g: Graph, tried: Iterable[Plan] = (), *,
     best = g._memo.get("smallest_feasible")
     if best is None:
         if known and time_limit is not None and time_limit <= 0:
-            best = (min(known)[0], f"{min(known)[1]}; no time was left to search for a smaller one")
+            best = (min(known)[0], f"{min(known)[1]}, the least peak among the plans tried")
             return best  # out of time: what the solvers already found
         best, complete = _cheapest_schedules(g, Deadline(time_limit))
         if complete:

@@ -1,8 +1,9 @@
-"""Progress of long planning, told to whoever listens (no torch, no terminal code here).
+"""Progress of long planning, told to whoever listens (no torch).
 
 Solvers call :func:`report` with a short message at each stage; nothing is printed unless a
-listener is installed with :func:`listening` (the command line and ``verbose=True`` install
-one that draws a rich status line). Listeners are per thread and nest.
+listener is installed with :func:`listening`. :func:`shown` installs one that draws a rich
+status line on a terminal (``remat plan`` and ``remat.compile(..., verbose=True)`` use it).
+Listeners are per thread and nest.
 
 >>> heard = []
 >>> with listening(heard.append):
@@ -15,6 +16,7 @@ one that draws a rich status line). Listeners are per thread and nest.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from typing import Callable, Iterator
 
@@ -39,3 +41,18 @@ def listening(listener: Callable[[str], None]) -> Iterator[None]:
         yield
     finally:
         stack.pop()
+
+
+@contextlib.contextmanager
+def shown(title: str) -> Iterator[None]:
+    """Within the block, each reported stage updates a rich status line on stderr (when
+    stderr is a terminal; otherwise one plain line per stage)."""
+    if not sys.stderr.isatty():
+        with listening(lambda msg: print(f"{title}: {msg}", file=sys.stderr, flush=True)):
+            yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(title) as status:
+        with listening(lambda msg: status.update(f"{title}: {msg}")):
+            yield
