@@ -25,7 +25,12 @@ Measurement (``remat.bench.measure``): gradients stay allocated between steps (e
 them in place, as ``opt.zero_grad(set_to_none=False)``; ``--grads none`` sets them to None
 instead); the peak is the step's peak above the memory resident at its start (profiler
 allocation records on a CPU, the CUDA allocator on a GPU). The *measured activation fraction*
-of a method is its peak above start / that of no-recompute. The *predicted fraction* comes from
+of a method is its peak above start / that of no-recompute; ``measured - grads`` takes the
+gradients' bytes off both peaks first: with gradients kept, the compiled backward's fresh
+gradients are accumulated into the kept ones, so both copies are alive at once, while remat's
+activation memory counts the step's gradients as resident once (with ``--grads none`` the two
+agree and the column equals the measured fraction). ``remat @ torch's peak - grads`` asks remat
+for the knob's peak in those units. The *predicted fraction* comes from
 the method's plans (remat's, and the Plans remat reports for PyTorch's partitioners):
 ``(plan.peak_bytes - resident_bytes(g)) / activation_bytes(g)`` (``remat.plans.budget``), summed
 over graphs when a step has several. Step times: one alternating loop over all methods of a
@@ -434,7 +439,11 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
         add("remat", b)
     add("remat", "min")
     ref_peak = base.row.peak_bytes
-    grads = gradient_bytes(base.model) if base.model is not None else 0
+    # with gradients kept (zeroed in place), the compiled backward's fresh gradients are added
+    # to the kept ones: both copies are alive at once, and the measured peak above the start
+    # holds the gradients' bytes once more than remat's activation memory (which counts the
+    # step's gradients as resident); set to None at the step's start, they are freed first
+    grads = gradient_bytes(base.model) if base.model is not None and args.grads == "keep" else 0
 
     def fractions(row: Row) -> None:
         if ref_peak and row.peak_bytes is not None:
@@ -450,7 +459,8 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
     copies: list[tuple[Variant, Variant]] = []  # (a row that reuses a run, that run)
     if args.at_torch_peak != "none" and ref_peak:
         done: dict[float, Variant] = {}
-        for method, attr in ((AT_PEAK, "fraction"), (AT_PEAK_EX, "fraction_ex_grads")):
+        kinds = ((AT_PEAK, "fraction"), (AT_PEAK_EX, "fraction_ex_grads")) if grads else ((AT_PEAK, "fraction"),)
+        for method, attr in kinds:
             for b in args.budgets:
                 knob = _find(variants, "knob", b)
                 rm = _find(variants, "remat", b)
@@ -637,20 +647,26 @@ def pareto_plot(name: str, description: str, rows: list[Row], path: Path) -> Non
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 5))
-    series = [("knob", "tab:red", "s", "-"), ("remat", "tab:blue", "o", "-"),
-              (AT_PEAK, "tab:cyan", "^", ":"), (AT_PEAK_EX, "tab:green", "v", ":")]
-    for method, color, marker, ls in series:
+    # budget sweeps joined in budget order ("min" first, "none" last); remat at the knob's
+    # peaks as points, labelled by the knob's budget they match
+    order = {"min": -1.0, "none": 2.0}
+    series = [("knob", "tab:red", "s", "-", True), ("remat", "tab:blue", "o", "-", True),
+              (AT_PEAK, "tab:cyan", "^", "", False), (AT_PEAK_EX, "tab:green", "v", "", False)]
+    for method, color, marker, ls, label_points in series:
         pts = [r for r in rows if r.method == method and r.status == "ok" and r.ratio is not None
-               and (_budget_value(r) is not None or method == "remat")]
+               and (_budget_value(r) is not None or r.budget in order)]
+        pts = list({(r.peak_bytes, r.ratio): r for r in pts}.values()) if not label_points else pts
         if not pts:
             continue
-        pts.sort(key=lambda r: (_budget_value(r) if _budget_value(r) is not None else -1.0))
+        pts.sort(key=lambda r: _budget_value(r) if _budget_value(r) is not None else order[r.budget])
         xs = [r.ratio for r in pts]
         ys = [r.peak_bytes / MiB for r in pts]
         err = [[r.ratio - r.ratio_min for r in pts], [r.ratio_max - r.ratio for r in pts]]
-        ax.errorbar(xs, ys, xerr=err, color=color, marker=marker, ls=ls, capsize=3, label=method)
-        for r, x, y in zip(pts, xs, ys):
-            ax.annotate(r.budget, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+        ax.errorbar(xs, ys, xerr=err, color=color, marker=marker, ls=ls or "none", capsize=3, lw=1,
+                    elinewidth=0.8, alpha=0.9, label=method)
+        if label_points:
+            for r, x, y in zip(pts, xs, ys):
+                ax.annotate(r.budget, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
     for method, color, marker in (("no-recompute", "black", "D"), ("eager", "gray", "x")):
         r = next((r for r in rows if r.method == method and r.status == "ok" and r.ratio is not None), None)
         if r is not None:
@@ -725,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {error_status(e)}\n{traceback.format_exc()[-2000:]}", flush=True)
             continue
         descriptions[name] = case.description
-        print(f"gradients: {case.gradient_bytes / MiB:.2f} MiB; no-recompute's measured peak above start: "
+        print(f"gradients (kept between steps): {case.gradient_bytes / MiB:.2f} MiB; no-recompute's measured peak above start: "
               f"{next((r.peak_bytes for r in rows if r.method == 'no-recompute' and r.peak_bytes), 0) / MiB:.2f} MiB\n")
         print(table(rows))
         print()
