@@ -19,7 +19,8 @@ from remat.graph import Graph
 from remat.graph.examples import cos_cos_graph
 from remat.graph.synthetic import synthetic_joint_graph
 from remat.plans import cache as pc
-from remat.plans.cache import PlanCache, cache_key, cached_solve, graph_hash
+from remat.plans.cache import PlanCache, cache_key, graph_hash
+from remat.solvers.cached import cached_solve
 
 SRC = str(Path(remat.__file__).resolve().parents[1])
 
@@ -230,15 +231,15 @@ def test_the_option_is_checked_and_part_of_the_compile_key():
 # -- across processes ----------------------------------------------------------------------------
 SCRIPT = """
 import json, time, sys
-import torch, remat, remat.solvers
+import torch, remat, remat.solvers.cached
 from remat.zoo.mlp import MLP
 
 calls = []
-solve = remat.solvers.solve
+solve = remat.solvers.cached.solve
 def counted(*a, **k):
     calls.append(1)
     return solve(*a, **k)
-remat.solvers.solve = counted
+remat.solvers.cached.solve = counted
 
 torch.manual_seed(0)
 model = MLP()

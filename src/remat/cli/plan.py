@@ -9,9 +9,6 @@ which :meth:`remat.Plan.from_dict` reads back.
 
 from __future__ import annotations
 
-import contextlib
-import sys
-
 from ..errors import InfeasibleBudgetError
 from ..graph.io import load_graph
 from ..plans.budget import TORCH_HEADROOM, Budget
@@ -24,7 +21,8 @@ def run(args) -> int:
     time_limit = check_time_limit(args.time_limit)
     graph = load_graph(args.graph)
     try:
-        with progress(f"planning {graph.name} ({len(graph)} nodes) with {args.solver}"):
+        # stages on a terminal only, so JSON output and pipes stay clean
+        with shown(f"planning {graph.name} ({len(graph)} nodes) with {args.solver}", plain=False):
             plan = solve(graph, args.solver, budget=budget, time_limit=time_limit,
                          headroom=TORCH_HEADROOM)
     except InfeasibleBudgetError as e:
@@ -37,13 +35,3 @@ def run(args) -> int:
     return 0 if plan.feasible else 1
 
 
-
-@contextlib.contextmanager
-def progress(title: str):
-    """Each planning stage on a rich status line (nothing when stderr is not a terminal, so
-    JSON output and pipes stay clean)."""
-    if not sys.stderr.isatty():
-        yield
-        return
-    with shown(title):
-        yield

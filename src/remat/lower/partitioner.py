@@ -29,7 +29,7 @@ from ..errors import (InfeasibleBudgetError, RematBudgetWarning, RematError, Rem
 from ..cost.model import constant_bytes
 from ..plans.budget import TORCH_HEADROOM, format_bytes
 from ..plans.step import StepBudget
-from ..plans.cache import cached_solve
+from ..solvers.cached import cached_solve
 from ..plans.plan import Plan
 from ..solvers import info
 from ..solvers.progress import shown

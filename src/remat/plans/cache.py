@@ -36,15 +36,7 @@ The directory (:func:`default_directory`) is ``$REMAT_CACHE_DIR`` when set, else
 ``$XDG_CACHE_HOME/remat/plans`` (``~/.cache/remat/plans``); ``REMAT_CACHE_DIR=off`` (or
 ``cache=False``) turns the cache off.
 
->>> import tempfile
->>> from remat.graph.examples import cos_cos_graph
->>> d = tempfile.mkdtemp()
->>> cached_solve(cos_cos_graph(), "mincut-aggressive", cache=d).details["cache"]
-'miss'
->>> p = cached_solve(cos_cos_graph(), "mincut-aggressive", cache=d)
->>> p.details["cache"], p.saved_names, p.feasible
-('hit', ['add_2'], True)
->>> import shutil; shutil.rmtree(d)
+:func:`remat.solvers.cached.cached_solve` is :func:`remat.solve` through this cache.
 """
 
 from __future__ import annotations
@@ -56,7 +48,6 @@ import json
 import math
 import os
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
@@ -355,58 +346,5 @@ def resolve(cache: "PlanCache | str | os.PathLike | bool | None") -> PlanCache |
     raise TypeError(f"cache must be True, False, a folder or a PlanCache, not {cache!r}")
 
 
-def cached_solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | None = None,
-                 cost_model: CostModel | None = None, time_limit: float | None = 60.0,
-                 headroom: float = 0.0, cache: "PlanCache | str | os.PathLike | bool | None" = True,
-                 **options: Any) -> Plan:
-    """:func:`remat.solvers.solve`, through the cache: a plan stored for the same graph and
-    options is loaded and judged by the simulator as a fresh one would be; otherwise the
-    solver runs and its plan is stored. ``plan.details["cache"]`` says ``"hit"`` or
-    ``"miss"`` (``"off"`` without a cache); on a hit ``solve_seconds`` is the time the lookup
-    took and ``details["cached_solve_seconds"]`` the original solve's. An infeasible budget
-    raises as :func:`~remat.solvers.solve` does and nothing is stored."""
-    from ..solvers import check_options, check_time_limit, solve  # solvers import plans
-
-    store = resolve(cache)
-    key = None
-    if store is not None:
-        check_options(solver, options, budget)  # an unknown option raises, hit or miss
-        time_limit = check_time_limit(time_limit)
-        t0 = time.perf_counter()
-        cm = cost_model or default_cost_model()
-        try:
-            key = cache_key(graph, solver, budget=budget, cost_model=cm, time_limit=time_limit,
-                            headroom=headroom, options=options)
-        except Uncacheable:
-            key = None
-        if key is not None:
-            parsed = None if budget is None else Budget.parse(budget)
-            bounded = parsed is not None and parsed.kind in ("bytes", "fraction")
-            limit = parsed.planned_bytes(graph, headroom) if bounded else None
-            plan = store.get(key, graph, budget=limit, cost_model=cm)
-            if plan is not None:
-                plan.details["cached_solve_seconds"] = plan.solve_seconds
-                plan.solve_seconds = time.perf_counter() - t0
-                if parsed is not None:
-                    # as solve() reports it; "min" asks for the least peak, which is the plan's
-                    asked = parsed.bytes_for(graph) if bounded else plan.peak_bytes
-                    limit = limit if bounded else plan.peak_bytes
-                    plan.budget = limit
-                    plan.options.update(budget=parsed.text, budget_bytes=asked, planned_bytes=limit)
-                plan.details.update(cache="hit", cache_file=str(store.path(key)))
-                return plan
-    plan = solve(graph, solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
-                 headroom=headroom, **options)
-    if key is None:
-        plan.details["cache"] = "off"
-        return plan
-    if plan.feasible and plan.statements is not None:
-        path = store.put(key, plan, graph)
-        if path is not None:
-            plan.details["cache_file"] = str(path)
-    plan.details["cache"] = "miss"
-    return plan
-
-
-__all__ = ["CACHE_FORMAT", "CACHE_VERSION", "PlanCache", "Uncacheable", "cache_key", "cached_solve",
+__all__ = ["CACHE_FORMAT", "CACHE_VERSION", "PlanCache", "Uncacheable", "cache_key",
            "default_directory", "graph_hash", "planner_fingerprint", "resolve"]

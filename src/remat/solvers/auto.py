@@ -61,7 +61,6 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
     t0 = time.perf_counter()
     clock = Deadline(time_limit)
     cm = cost_model or default_cost_model()
-    say = report
     least = budget <= 0
     plans: list[Plan] = []
 
@@ -77,10 +76,10 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
         plans.append(p)
         return p
 
-    say(f"{g.name}: the min cut without a budget")
+    report(f"{g.name}: the min cut without a budget")
     base = attempt("mincut-conservative", lambda: mincut(g, "conservative"))
-    say(f"{g.name}: the fusion-aware frontier")
-    points = _frontier_plans(g, budget, cm, clock, attempt)
+    report(f"{g.name}: the fusion-aware frontier")
+    points = _frontier_plans(g, cm, clock, attempt)
     attempt("mincut-aggressive", lambda: mincut(g, "aggressive"))
     if base.feasible and not least:
         better = [p for p in plans if p.feasible and p is not base
@@ -92,12 +91,12 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
         for name in AUTO_BASELINES:
             if staged.expired():
                 break
-            say(f"{g.name}: baseline {name}")
+            report(f"{g.name}: baseline {name}")
             attempt(name, lambda name=name: BASELINES[name](g, limit or 0, cost_model=cm,
                                                               time_limit=staged.left()))
     if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
             and not staged.expired():
-        say(f"{g.name}: Checkmate's MILP")
+        report(f"{g.name}: Checkmate's MILP")
         attempt("checkmate", lambda: checkmate(g, budget, time_limit=staged.left(), cost_model=cm,
                                                explain_infeasible=False))
     valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
@@ -120,7 +119,7 @@ def _speed(p: Plan) -> tuple:
     return (p.predicted_seconds, p.peak_bytes, p.solver)
 
 
-def _frontier_plans(g: Graph, budget: float, cm: CostModel, clock: Deadline, attempt) -> int:
+def _frontier_plans(g: Graph, cm: CostModel, clock: Deadline, attempt) -> int:
     try:
         points = frontier(g, cm, time_limit=clock.left())
     except RematError as e:  # no valid saved set (flags that forbid every cut)

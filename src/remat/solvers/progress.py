@@ -44,10 +44,13 @@ def listening(listener: Callable[[str], None]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def shown(title: str) -> Iterator[None]:
-    """Within the block, each reported stage updates a rich status line on stderr (when
-    stderr is a terminal; otherwise one plain line per stage)."""
+def shown(title: str, *, plain: bool = True) -> Iterator[None]:
+    """Within the block, each reported stage updates a rich status line on stderr when stderr
+    is a terminal; otherwise one plain line per stage (``plain``), or nothing."""
     if not sys.stderr.isatty():
+        if not plain:
+            yield
+            return
         with listening(lambda msg: print(f"{title}: {msg}", file=sys.stderr, flush=True)):
             yield
         return

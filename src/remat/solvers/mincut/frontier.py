@@ -46,10 +46,11 @@ from ...errors import PlanError
 from ...graph.graph import Graph
 from ..deadline import Deadline
 from .maxflow import INF, InfiniteCutError, lexicographic_min_cut, min_cut
-from .mincut import _analyse, _flow_arrays, _graph_facts, _read_by_backward
+from .mincut import _ban_codes, _flow_arrays, _graph_facts, _read_by_backward
 
-HARD_BANS = ("flagged must_save", "random op (recomputing it would draw fresh randomness)")
-"""The min cut's ban reasons that stay bans on the frontier; every other one becomes a price."""
+HARD_BANS = (1, 2)
+"""The min cut's ban codes (:func:`.mincut._ban_codes`) that stay bans on the frontier:
+``must_save`` and random ops; every other ban becomes a price."""
 
 _FIT = 2**58  # scaled capacities must sum below this (max-flow adds its "infinity" on top)
 
@@ -115,11 +116,8 @@ def prices(g: Graph, cost_model: CostModel | None = None) -> Prices:
 
 def _prices(g: Graph, cm: CostModel) -> Prices:
     facts = g._derived("mincut_facts", _graph_facts)
-    _, ban = _analyse(g, "conservative")
-    index = g._index
     a = g._arrays
-    hard = np.zeros(a.n, dtype=bool)
-    hard[[index[n] for n, why in ban.items() if why in HARD_BANS]] = True
+    hard = np.isin(_ban_codes(g, facts, "aggressive"), HARD_BANS)
     recompute = _recompute_prices(g, cm)
     profiled = cm.uses_profiled_costs(g)
     save = np.zeros(a.n, dtype=np.int64) if profiled else np.asarray(facts.capacity, dtype=np.int64)
