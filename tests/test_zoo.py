@@ -128,11 +128,9 @@ def _check_dropout_mask(prep, loss, same_mask=True):
         torch.testing.assert_close(loss, (x.detach() * mask).sum(), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "remat's compiler='eager' runs inductor_random with its eager implementation, which ignores "
-    "the seed; a random op that the partition recomputes (inside torch.utils.checkpoint) draws a "
-    "new mask in the backward. Real inductor kernels honour the seed (test below)."))
-def test_checkpointed_random_op_with_eager_compiler_redraws():
+def test_checkpointed_random_op_with_eager_compiler_reuses_the_forward_mask():
+    """The eager compiler runs inductor_random from its seed, as inductor's kernels do, so a
+    random op the partition recomputes (inside torch.utils.checkpoint) draws the same mask."""
     prep = prepare("torch-checkpoint", zoo.build("dropout-mask"), compiler="eager")
     loss = prep.step()
     x = prep.inputs[0]
