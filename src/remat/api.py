@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from .errors import OptionError
+from .errors import OptionError, RematBudgetWarning
 from .lower.backend import RematBackend
 from .lower.options import Options
 from .plans.plan import Plan
@@ -40,8 +40,8 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       or PyTorch's own ``"torch-mincut"`` / ``"no-recompute"`` for comparison
       (``remat.solvers.names()`` lists them all).
     - ``budget``: the peak memory of each step: a fraction of the step's activation memory
-      without recomputation (``0.6``: the peak above parameters, inputs, gradients and
-      outputs), bytes for the whole step (``"6GiB"``, ``6e9``), or ``"min"`` (the least memory
+      without recomputation (``0.6``: the peak above the inputs and parameters, gradients
+      included), bytes for the whole step (``"6GiB"``, ``6e9``), or ``"min"`` (the least memory
       remat reaches). Shared among the graphs of a step in the order they run
       (:mod:`remat.plans.step`). A budget nothing fits raises
       :class:`remat.InfeasibleBudgetError`, naming the smallest feasible budget found, from
@@ -74,8 +74,29 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     params = model.parameters() if isinstance(model, torch.nn.Module) else ()
     model_bytes = sum(p.numel() * p.element_size() for p in params)
     backend = RematBackend(settings, options, mode, label=label, model_bytes=model_bytes)  # checks mode and options now
-    return torch.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
-                         options=options, disable=disable)
+    compiled = torch.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+                             options=options, disable=disable)
+    if isinstance(model, torch.nn.Module) and settings.budget is not None and settings.budget.kind == "bytes":
+        compiled.register_forward_pre_hook(_KeptGradients(model, backend.step))
+    return compiled
+
+
+class _KeptGradients:
+    """Before each call of a model compiled with a byte budget: the bytes of gradients its
+    parameters hold from the step before, which the step's new gradients are added to
+    (:meth:`remat.plans.step.StepBudget.held_gradients`); warns once when plans were made
+    without them."""
+
+    def __init__(self, model: torch.nn.Module, step) -> None:
+        self.params = list(model.parameters())
+        self.step = step
+
+    def __call__(self, module, args) -> None:
+        held = sum(p.grad.numel() * p.grad.element_size() for p in self.params if p.grad is not None)
+        if held:
+            text = self.step.held_gradients(held)
+            if text:
+                warnings.warn(text, RematBudgetWarning, stacklevel=3)
 
 
 def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,

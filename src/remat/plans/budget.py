@@ -6,8 +6,9 @@ A budget bounds the simulated peak memory of the training step. It is one of:
 - **bytes**, written with a unit (``"6GiB"``, ``"512MB"``) or as a whole number of bytes
   (``6e9``, ``6_000_000_000``): the whole step's peak, inputs and parameters included;
 - **a fraction** in ``(0, 1]`` (``0.6``, ``"60%"``) of the step's *activation memory*: the
-  peak above what is resident anyway (:func:`resident_bytes`: inputs, parameters, and the
-  gradients and outputs the step keeps), without recomputation (:func:`reference_peak`).
+  peak above what is resident before the step (:func:`resident_bytes`: its inputs and
+  parameters), without recomputation (:func:`reference_peak`); the gradients and outputs the
+  step allocates are part of it.
   ``budget=0.6`` keeps that part of the peak within 60% of itself: the planned peak is
   ``resident + 0.6 * (reference_peak - resident)``;
 - ``"min"``: the least peak remat can reach.
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cost.model import constant_bytes
 from ..errors import BudgetError
 from ..graph.graph import Graph
 from .simulator import simulate
@@ -140,11 +142,13 @@ def reference_peak(g: Graph) -> int:
 
 
 def resident_bytes(g: Graph) -> int:
-    """What the step holds whatever the plan: inputs and parameters, and what it keeps at
-    its end (gradients, outputs): the no-recomputation schedule's end. A training loop that
-    keeps its gradients between steps (``zero_grad(set_to_none=False)``) and its optimizer
-    state holds these before the step starts."""
-    return int(_reference(g).end_bytes)
+    """What is resident before the step starts: its inputs and parameters (the simulator's
+    constant bytes). Everything the step allocates is above it, the gradients it returns
+    included: a training loop allocates them during the backward whether it set the previous
+    ones to None (PyTorch's default) or keeps them (``zero_grad(set_to_none=False)``, which
+    holds both until autograd adds the new ones in), so the peak above the step's start that a
+    profiler or the CUDA allocator measures is the same in both cases."""
+    return constant_bytes(g)
 
 
 def activation_bytes(g: Graph) -> int:

@@ -14,7 +14,9 @@ they are planned (the order PyTorch compiles them in, which is the order they ru
   graph keeps to its share, the step keeps to ``f`` of its activation memory;
 - **bytes** ``B``: graph ``k`` may peak at ``B`` less what the graphs before it saved and
   less the parameters of the model that are not its own (``outside_bytes``, with their
-  gradients), so that the whole step stays within ``B``;
+  gradients), so that the whole step stays within ``B``. Gradients a training loop keeps
+  between steps (``zero_grad(set_to_none=False)``) are resident beside the new ones the
+  backward allocates: :meth:`StepBudget.held_gradients` takes them off too once seen;
 - ``"min"``: every graph at its least memory.
 
 A graph alone in its step gets exactly the budget it would get on its own. When a graph
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 
 from ..cost.model import storage
 from ..graph.graph import Graph
-from .budget import Budget, activation_bytes, resident_bytes
+from .budget import Budget, activation_bytes, format_bytes, resident_bytes
 from .saved_set import required_forward
 
 
@@ -59,6 +61,23 @@ class StepBudget:
     budget: Budget | None
     model_bytes: int = 0
     graphs: list[_Planned] = field(default_factory=list)
+    kept_gradients: int = 0  # bytes of gradients held from the step before, taken off a byte budget
+    planned_for: int | None = None  # kept_gradients when the plans were made
+
+    def held_gradients(self, nbytes: int) -> str | None:
+        """Note that ``nbytes`` of gradients are held as a step starts. Returns a warning's
+        text when a byte budget's plans were made without them: the step may then exceed the
+        budget by up to that much (graphs planned from now on take them off their share)."""
+        if nbytes <= self.kept_gradients:
+            return None
+        self.kept_gradients = int(nbytes)
+        if self.planned_for is None or self.budget is None or self.budget.kind != "bytes":
+            return None
+        return (f"the step starts with {format_bytes(nbytes)} of gradients kept from the step "
+                f"before (zero_grad(set_to_none=False)), which the backward's new gradients add "
+                f"to: the plans for budget {self.budget.text!r} were made without them and the "
+                f"step may exceed it by that much. Use zero_grad(set_to_none=True) (PyTorch's "
+                f"default), or torch._dynamo.reset() to plan again with them counted")
 
     @property
     def first(self) -> bool:
@@ -81,11 +100,12 @@ class StepBudget:
             ref = sum(p.ref_saved for p in self.graphs) + activation_bytes(g)
             return int(resident_bytes(g) + max(0.0, b.value * ref - held))
         outside = max(0, self.model_bytes - own_param_bytes) * 2  # parameters and gradients
-        return int(b.value) - held - outside
+        return int(b.value) - held - outside - self.kept_gradients
 
     def planned(self, g: Graph, saved_bytes: int) -> None:
         """Record that ``g``'s plan saves ``saved_bytes`` for its backward."""
         self.graphs.append(_Planned(g.name, reference_saved_bytes(g), int(saved_bytes)))
+        self.planned_for = self.kept_gradients
 
     def may_refuse(self, g: Graph) -> bool:
         """Whether an infeasible share of ``g`` is an error (see the module docstring)."""
