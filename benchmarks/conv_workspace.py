@@ -20,7 +20,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from remat.bench.measure import _quiet_stderr
+from remat.capture.workspace import quiet_stderr as _quiet_stderr
 
 SHAPES = [  # batch, in channels, out channels, spatial, kernel, stride, output mask
     (16, 8, 8, 32, 3, 1, (True, True, True)),

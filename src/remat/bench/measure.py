@@ -24,12 +24,9 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import math
-import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -37,6 +34,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from ..capture.workspace import quiet_stderr as _quiet_stderr
 from ..cost.model import CostModel, storage
 from ..plans.simulator import simulate
 
@@ -163,28 +161,6 @@ def memory_events(step: Step, device="cpu", *, lead_in: bool = True) -> list[tup
     out.sort(key=lambda x: x[0])
     return out
 
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence file descriptor 2 (kineto prints a line at every profiler start and stop);
-    Python exceptions still propagate. ``REMAT_BENCH_VERBOSE=1`` keeps it."""
-    if os.environ.get("REMAT_BENCH_VERBOSE") == "1":
-        yield
-        return
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def _running(events: Sequence[tuple[int, int]]) -> tuple[int, int, list[tuple[float, int]]]:

@@ -39,6 +39,7 @@ from torch.utils._pytree import tree_map
 from ..errors import UnsupportedGraphError
 from ..graph.graph import Graph, Node
 from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types, prefers_recompute_tag
+from .workspace import measure_workspaces
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -334,6 +335,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     # report a higher-order op itself before the get_attr nodes that hold its subgraphs
     for node in sorted(graph_nodes, key=lambda n: n.op != "call_function"):
         _check_supported(node)
+    workspace = measure_workspaces(graph_nodes)  # convolutions' scratch, on the real device
     for node in graph_nodes:
         if node.op == "output":
             continue
@@ -360,6 +362,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             meta["module"] = module
         if must_recompute_tag(node):  # what the user's checkpoint region asked, whether or not granted
             meta["checkpoint"] = "prefer_recompute" if prefers_recompute_tag(node) else "must_recompute"
+        if node.name in workspace:
+            meta["workspace"] = workspace[node.name]
         if _has_symbolic_shape(val):
             meta["sym_shape"] = [str(d) if _is_symbolic(d) else int(d) for d in val.shape]
         if node.op == "placeholder":

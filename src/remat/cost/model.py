@@ -57,27 +57,28 @@ class CostModel:
 
     def workspace(self, g: Graph) -> list[int]:
         """Transient bytes an op holds while it runs, beyond its inputs and the memory the
-        accounting gives its output: the device's convolution buffers, and the outputs of a
-        multi-output op (a tuple holds no storage of its own; its items are counted when
-        their getitems run, but the op allocates them all while it runs)."""
+        accounting gives its output: a convolution's scratch, as measured at capture on the
+        device (``meta["workspace"]``, :mod:`remat.capture.workspace`) or else the device
+        profile's formula, and the outputs of a multi-output op (a tuple holds no storage
+        of its own; its items are counted when their getitems run, but the op allocates
+        them all while it runs)."""
         return g._derived(("workspace", self.device), self._workspace)
 
     def _workspace(self, g: Graph) -> list[int]:
         f = self.device.conv_workspace
         out = [int(n.bytes) if n.meta and n.meta.get("container") and not n.meta.get("alias_of")
                else 0 for n in g.nodes]  # a split's items are views: nothing allocated
-        if f:
-            for i, n in enumerate(g.nodes):
+        for i, n in enumerate(g.nodes):
+            if n.meta and "workspace" in n.meta:
+                out[i] += int(n.meta["workspace"])
+            elif f and n.op.startswith("convolution"):
                 # oneDNN reorders the operands to its blocked layouts: the activations
                 # (grad_output and input in the backward), or the weight when it is larger
                 # (small spatial sizes); benchmarks/conv_workspace.py measures both
-                weight = g[n.inputs[-1 if n.op.startswith("convolution_backward") else 1]].bytes \
-                    if len(n.inputs) >= 2 else 0
-                if n.op.startswith("convolution_backward"):
-                    acts = sum(g[v].bytes for v in n.inputs[:2])
-                    out[i] += int(f * max(acts, weight))
-                elif n.op.startswith("convolution"):
-                    out[i] += int(f * max(n.bytes, weight))
+                backward = n.op.startswith("convolution_backward")
+                weight = g[n.inputs[-1 if backward else 1]].bytes if len(n.inputs) >= 2 else 0
+                acts = sum(g[v].bytes for v in n.inputs[:2]) if backward else n.bytes
+                out[i] += int(f * max(acts, weight))
         return out
 
     def uses_profiled_costs(self, g: Graph) -> bool:

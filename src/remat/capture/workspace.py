@@ -1,0 +1,170 @@
+"""Measure, on the device the graph runs on, the transient memory of ops whose buffers the
+cost model cannot see.
+
+A convolution allocates scratch while it runs: oneDNN reorders its operands to blocked
+layouts and keeps per-thread partial weight gradients on a CPU, cuDNN takes a workspace on a
+GPU. How much depends on the shape, the thread count and the library's choice of algorithm
+(``benchmarks/conv_workspace.py``: from 1x to 8x the cost model's formula at small spatial
+sizes), so no formula bounds it. At capture, :func:`measure_workspaces` runs each such op of
+the joint graph once on random inputs of its shapes and records the transient (the peak
+during the call less what the call leaves allocated) in the node's ``meta["workspace"]``,
+which :meth:`remat.cost.model.CostModel.workspace` uses instead of its formula. Each shape is
+measured once per process.
+
+On a CPU the profiler's allocation records give the transient, on CUDA the allocator's peak
+statistics. Nothing is measured (the cost model's formula stands) when a profiler is already
+running (it cannot be nested), for ops on other devices, or with ``REMAT_MEASURE_WORKSPACE=0``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Iterable
+
+import torch
+from torch import fx
+
+MEASURED_OPS = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
+"""The ops whose transient memory is measured."""
+
+_CACHE: dict[tuple, int] = {}
+
+
+def _enabled() -> bool:
+    return os.environ.get("REMAT_MEASURE_WORKSPACE", "1").lower() not in ("0", "off", "false", "no")
+
+
+def _hint(x):
+    if isinstance(x, torch.SymInt):
+        return x.node.hint if x.node.hint is not None else 1
+    return x
+
+
+def _spec(a):
+    """What an argument is, hashable: a tensor's shape, strides, dtype and device, else itself."""
+    if isinstance(a, fx.Node):
+        val = a.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return ("T", tuple(_hint(s) for s in val.shape), tuple(_hint(s) for s in val.stride()),
+                    val.dtype, str(val.device))
+        return ("V", _hint(val))
+    if isinstance(a, (list, tuple)):
+        return tuple(_spec(x) for x in a)
+    return a
+
+
+def _real(spec):
+    """A random tensor for a ``("T", ...)`` spec; other specs as they are."""
+    if isinstance(spec, tuple) and spec and spec[0] == "T":
+        _, shape, stride, dtype, device = spec
+        t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        return t.normal_() if dtype.is_floating_point else t.zero_()
+    if isinstance(spec, tuple) and spec and spec[0] == "V":
+        return spec[1]
+    if isinstance(spec, tuple):
+        return [_real(x) for x in spec]
+    return spec
+
+
+def _device(node: fx.Node) -> str | None:
+    val = node.meta.get("val")
+    val = val[0] if isinstance(val, (tuple, list)) and val else val
+    if isinstance(val, torch.Tensor):
+        return val.device.type
+    return None
+
+
+def measure_workspaces(nodes: Iterable[fx.Node]) -> dict[str, int]:
+    """``{node name: transient bytes}`` for the nodes among ``nodes`` that run an op of
+    :data:`MEASURED_OPS` on a CPU or CUDA device (see the module docstring)."""
+    todo = [n for n in nodes if n.op == "call_function" and n.target in MEASURED_OPS
+            and _device(n) in ("cpu", "cuda")]
+    if not todo or not _enabled() or torch.autograd.profiler._is_profiler_enabled:
+        return {}
+    keys = {n.name: (n.target, _spec(list(n.args)), tuple((k, _spec(v)) for k, v in n.kwargs.items()))
+            for n in todo}
+    missing = {k: n for n in todo if (k := keys[n.name]) not in _CACHE}
+    if missing:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily(), torch.no_grad():
+            _measure(missing)
+    return {n.name: _CACHE[keys[n.name]] for n in todo if keys[n.name] in _CACHE}
+
+
+def _measure(missing: dict[tuple, fx.Node]) -> None:
+    cpu = [k for k, n in missing.items() if _device(n) == "cpu"]
+    cuda = [k for k, n in missing.items() if _device(n) == "cuda"]
+    if cpu:
+        _measure_cpu(cpu)
+    for key in cuda:
+        _CACHE[key] = _measure_cuda(key)
+
+
+def _inputs(key):
+    target, args, kwargs = key
+    return target, _real(args), {k: _real(v) for k, v in kwargs}
+
+
+def _measure_cpu(keys: list[tuple]) -> None:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    ranges = []
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        for i, key in enumerate(keys):
+            target, args, kwargs = _inputs(key)
+            target(*args, **kwargs)  # once before: the library's first call allocates caches
+            with record_function(f"remat_workspace_{i}"):
+                out = target(*args, **kwargs)  # kept until the range ends: not transient
+            del out, args, kwargs
+            ranges.append(f"remat_workspace_{i}")
+    events = list(prof.profiler.kineto_results.events())
+    spans = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name() in ranges}
+    memory = sorted((e.start_ns(), int(e.nbytes())) for e in events if e.name() == "[memory]")
+    for name, key in zip(ranges, keys):
+        if name not in spans:
+            continue
+        start, end = spans[name]
+        total = peak = 0
+        for t, b in memory:
+            if start <= t <= end:
+                total += b
+                peak = max(peak, total)
+        _CACHE[key] = max(0, peak - total)
+
+
+def _measure_cuda(key: tuple) -> int:
+    target, args, kwargs = _inputs(key)
+    target(*args, **kwargs)  # once before: cuDNN's benchmark and handles allocate once
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    out = target(*args, **kwargs)
+    torch.cuda.synchronize()
+    transient = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
+    del out
+    return max(0, int(transient))
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence file descriptor 2 (kineto prints a line at every profiler start and stop);
+    Python exceptions still propagate. ``REMAT_BENCH_VERBOSE=1`` keeps it."""
+    if os.environ.get("REMAT_BENCH_VERBOSE") == "1":
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
