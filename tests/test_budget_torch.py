@@ -160,3 +160,45 @@ def test_min_cut_plans_run_as_budgeted_schedules():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=k)
     assert r.plan.solver == "mincut-aggressive" and r.measured_total <= r.budget
     assert 0.85 <= r.predicted / r.measured <= 1.15
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_fraction_is_of_the_peak_above_the_step_s_start_whatever_zero_grad_does(set_to_none):
+    """Gradients are allocated by the backward whether the loop set the previous ones to None or
+    keeps them (then autograd adds the new ones into the kept ones): either way the measured
+    peak above the step's start is the simulator's peak above the inputs and parameters."""
+    from remat.bench.measure import peak_memory
+    from remat.plans.budget import Budget
+    from remat.plans.simulator import simulate
+
+    torch.manual_seed(0)
+    model, x = MLP(d_in=256, hidden=512), torch.randn(256, 256)
+    plans = []
+    step_fn = remat.compile(model, budget=0.5, compiler="eager", cache=False,
+                            on_plan=lambda g, p: plans.append(p))
+
+    def step():
+        model.zero_grad(set_to_none=set_to_none)
+        step_fn(x).pow(2).sum().backward()
+
+    measured = peak_memory(step, held=[*model.parameters(), x])
+    (plan,) = plans
+    sim = simulate(plan.schedule())
+    above_start = sim.peak_bytes - sim.constant_bytes
+    assert above_start <= Budget.parse(0.5).bytes_for(plan.graph) - sim.constant_bytes
+    assert abs(measured.peak_bytes - above_start) <= 0.05 * above_start, (measured.peak_bytes, above_start)
+
+
+def test_gradients_kept_between_steps_are_taken_off_a_byte_budget_with_a_warning():
+    model, x = MLP(d_in=64, hidden=128), torch.randn(32, 64)
+    grads = sum(p.numel() * p.element_size() for p in model.parameters())
+    shares = []
+    step = remat.compile(model, budget="10MiB", compiler="eager", cache=False,
+                         on_plan=lambda g, p: shares.append(p.options["budget_bytes"]))
+    step(x).sum().backward()  # the first step: no gradients yet, planned without them
+    model.zero_grad(set_to_none=False)
+    with pytest.warns(remat.RematBudgetWarning, match="zero_grad"):
+        step(x).sum().backward()
+    torch._dynamo.reset()
+    step(x).sum().backward()  # planned again, now with the kept gradients taken off its share
+    assert shares[-1] == shares[0] - grads

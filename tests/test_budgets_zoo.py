@@ -1,7 +1,10 @@
 """Budgets on the zoo's models (issue 10): under a budget the gradients equal eager's, a
-byte budget bounds the step's measured peak, and a fraction nothing reaches says so."""
+byte budget bounds the step's measured peak (convolutions' scratch measured at capture:
+remat.capture.workspace), and a fraction nothing reaches says so."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -12,9 +15,6 @@ from remat.plans.budget import TORCH_HEADROOM, Budget
 from remat.zoo import registry
 
 MODELS = registry.names("model")
-OVER = pytest.mark.xfail(strict=False, reason=(
-    "open (issue 10): the cost model misses part of a CPU convolution's oneDNN workspace; U-Net "
-    "tiny measured 546588 bytes against a byte budget of 533954 (predicted step peak 515172)"))
 
 
 def _grads(model, inputs):
@@ -23,23 +23,36 @@ def _grads(model, inputs):
     return [p.grad.clone() for p in model.parameters()]
 
 
+def _reference(model, inputs):
+    """Eager gradients in float64 and the error float32 eager itself makes against them (per
+    parameter): batch norm over a tiny batch at 1x1 spatial size divides by a variance near
+    zero, so float32 gradients of ResNet-18 tiny are 0.77 off float64 ones (of 555) whoever
+    computes them. A plan is right when it is about as close to float64 as eager is."""
+    exact = _grads(copy.deepcopy(model).double(), [t.double() if t.is_floating_point() else t
+                                                   for t in inputs])
+    eager = _grads(copy.deepcopy(model), inputs)
+    return exact, [float((e.double() - x).abs().max()) for e, x in zip(eager, exact)]
+
+
+def assert_close_to_reference(got, reference):
+    exact, eager_error = reference
+    for k, (a, x, e) in enumerate(zip(got, exact, eager_error)):
+        err = float((a.double() - x).abs().max())
+        bound = 2 * e + 1e-4 * float(x.abs().max()) + 1e-6
+        assert err <= bound, f"parameter {k}: gradient off float64 eager by {err:.3g}, eager float32 by {e:.3g}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_gradients_equal_eager_under_budgets(name):
-    """Against PyTorch's no-recomputation partition through the same compiler (inductor's
-    decompositions), and against eager on the models without batch norm: with batch norm the
-    decomposed graph differs from eager whatever the partition (ResNet-18 tiny: 0.2 absolute,
-    MobileNetV2 1% relative; listed in the issue's note)."""
+    """Every zoo model under budgets 1.0, 0.6 and 0.3 through remat's eager compiler (inductor's
+    decompositions): gradients as close to float64 eager as float32 eager is."""
     case = registry.build(name, "tiny")
-    torch._dynamo.reset()
-    expected = _grads(remat.compile(case.model, solver="no-recompute", compiler="eager"), case.inputs)
-    if not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in case.model.modules()):
-        for a, b in zip(expected, _grads(case.model, case.inputs)):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    reference = _reference(case.model, case.inputs)
     for budget in (1.0, 0.6, 0.3):
         torch._dynamo.reset()
         plans = []
-        step = remat.compile(case.model, budget=budget, compiler="eager", strict=True,
+        step = remat.compile(copy.deepcopy(case.model), budget=budget, compiler="eager", strict=True,
                              time_limit=20, on_plan=lambda g, p: plans.append(p))
         try:
             got = _grads(step, case.inputs)
@@ -48,14 +61,12 @@ def test_gradients_equal_eager_under_budgets(name):
             assert e.smallest_feasible > Budget.parse(budget).bytes_for(e.plan.graph)
             continue
         assert plans and all(p.feasible for p in plans)
-        for a, b in zip(got, expected):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        assert_close_to_reference(got, reference)
     torch._dynamo.reset()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mlp", "gpt2", pytest.param("resnet18", marks=OVER), pytest.param("unet", marks=OVER),
-                                  "vit"])
+@pytest.mark.parametrize("name", ["mlp", "gpt2", "resnet18", "unet", "vit"])
 @pytest.mark.parametrize("size", ["tiny", "small"])
 def test_measured_peak_within_a_byte_budget(name, size):
     if size == "small" and name in ("resnet18", "unet", "vit"):
@@ -69,4 +80,4 @@ def test_measured_peak_within_a_byte_budget(name, size):
     assert r.measured_total <= r.budget, (
         f"measured {r.measured_total} bytes over the budget of {r.budget} "
         f"(predicted step peak {r.sim.peak_bytes})")
-    assert r.grad_error < 1e-4
+    assert_close_to_reference([a for _, a, _ in r.grads], _reference(case.model, case.inputs))
