@@ -172,20 +172,20 @@ def test_a_fraction_is_of_the_peak_above_the_step_s_start_whatever_zero_grad_doe
     from remat.plans.simulator import simulate
 
     torch.manual_seed(0)
-    model, x = MLP(d_in=256, hidden=512), torch.randn(256, 256)
+    model, x = MLP(d_in=256, hidden=512), torch.randn(2048, 256)
     plans = []
-    step_fn = remat.compile(model, budget=0.5, compiler="eager", cache=False,
+    step_fn = remat.compile(model, budget=0.9, compiler="eager", cache=False,
                             on_plan=lambda g, p: plans.append(p))
 
-    def step():
-        model.zero_grad(set_to_none=set_to_none)
+    def step():  # the loop's zero_grad ends the step, so the next one starts without or with them
         step_fn(x).pow(2).sum().backward()
+        model.zero_grad(set_to_none=set_to_none)
 
     measured = peak_memory(step, held=[*model.parameters(), x])
     (plan,) = plans
     sim = simulate(plan.schedule())
     above_start = sim.peak_bytes - sim.constant_bytes
-    assert above_start <= Budget.parse(0.5).bytes_for(plan.graph) - sim.constant_bytes
+    assert above_start <= Budget.parse(0.9).bytes_for(plan.graph) - sim.constant_bytes
     assert abs(measured.peak_bytes - above_start) <= 0.05 * above_start, (measured.peak_bytes, above_start)
 
 
