@@ -25,12 +25,10 @@ Measurement (``remat.bench.measure``): gradients stay allocated between steps (e
 them in place, as ``opt.zero_grad(set_to_none=False)``; ``--grads none`` sets them to None
 instead); the peak is the step's peak above the memory resident at its start (profiler
 allocation records on a CPU, the CUDA allocator on a GPU). The *measured activation fraction*
-of a method is its peak above start / that of no-recompute; ``measured - grads`` takes the
-gradients' bytes off both peaks first: with gradients kept, the compiled backward's fresh
-gradients are accumulated into the kept ones, so both copies are alive at once, while remat's
-activation memory counts the step's gradients as resident once (with ``--grads none`` the two
-agree and the column equals the measured fraction). ``remat @ torch's peak - grads`` asks remat
-for the knob's peak in those units. The *predicted fraction* comes from
+of a method is its peak above start / that of no-recompute, which is what remat's fraction
+means (the peak above the inputs and parameters; the gradients the backward allocates are part
+of it, with or without gradients kept: kept ones are resident at the start). The *predicted
+fraction* comes from
 the method's plans (remat's, and the Plans remat reports for PyTorch's partitioners):
 ``(plan.peak_bytes - resident_bytes(g)) / activation_bytes(g)`` (``remat.plans.budget``), summed
 over graphs when a step has several. Step times: one alternating loop over all methods of a
@@ -94,7 +92,6 @@ QUICK_BUDGETS = (1.0, 0.6, 0.2)
 DEFAULT_MODELS = ("gpt2", "llama", "t5", "cnn")
 QUICK_MODELS = ("gpt2", "cnn")
 AT_PEAK = "remat @ torch's peak"
-AT_PEAK_EX = "remat @ torch's peak - grads"
 PEAK_TOL = 0.01  # measured peaks within 1% count as equal (monotonicity, "same peak")
 
 # -- clocks around the partitioners -------------------------------------------------------------
@@ -253,7 +250,6 @@ class Row:
     status: str = "ok"  # ok, infeasible, error: ...
     peak_bytes: int | None = None  # measured peak above the step's start
     fraction: float | None = None  # measured activation fraction (peak / no-recompute's peak)
-    fraction_ex_grads: float | None = None  # the same with the gradients' bytes taken off both peaks
     predicted_bytes: int | None = None  # plans' peak above resident_bytes
     predicted_fraction: float | None = None  # predicted_bytes / activation_bytes
     smallest_feasible_fraction: float | None = None  # infeasible: the smallest feasible budget, as a fraction
@@ -439,27 +435,19 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
         add("remat", b)
     add("remat", "min")
     ref_peak = base.row.peak_bytes
-    # with gradients kept (zeroed in place), the compiled backward's fresh gradients are added
-    # to the kept ones: both copies are alive at once, and the measured peak above the start
-    # holds the gradients' bytes once more than remat's activation memory (which counts the
-    # step's gradients as resident); set to None at the step's start, they are freed first
     grads = gradient_bytes(base.model) if base.model is not None and args.grads == "keep" else 0
 
     def fractions(row: Row) -> None:
         if ref_peak and row.peak_bytes is not None:
             row.fraction = row.peak_bytes / ref_peak
-            if ref_peak > grads:
-                row.fraction_ex_grads = (row.peak_bytes - grads) / (ref_peak - grads)
 
     for v in variants:
         fractions(v.row)
-    # remat at the fraction the knob measured: as measured (the gradients' bytes included), and
-    # with the gradients' bytes taken off (remat's own units: its activation memory counts the
-    # step's gradients as resident, while the compiled backward allocates them afresh)
+    # remat at the fraction the knob measured
     copies: list[tuple[Variant, Variant]] = []  # (a row that reuses a run, that run)
     if args.at_torch_peak != "none" and ref_peak:
         done: dict[float, Variant] = {}
-        kinds = ((AT_PEAK, "fraction"), (AT_PEAK_EX, "fraction_ex_grads")) if grads else ((AT_PEAK, "fraction"),)
+        kinds = ((AT_PEAK, "fraction"),)
         for method, attr in kinds:
             for b in args.budgets:
                 knob = _find(variants, "knob", b)
@@ -542,9 +530,9 @@ def _f(x, fmt="{:.2f}", none="-") -> str:
 
 
 def table(rows: list[Row]) -> str:
-    out = ["| method | budget | status | peak above start (MiB) | measured fraction | measured - grads "
+    out = ["| method | budget | status | peak above start (MiB) | measured fraction "
            "| predicted fraction | step ratio median [min, max] | plan s | compile s | grad max err | note |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         status = r.status
         if r.status == "infeasible":
@@ -555,7 +543,7 @@ def table(rows: list[Row]) -> str:
         solvers = ",".join(dict.fromkeys(r.solvers)) if r.method.startswith("remat") else ""
         note = "; ".join(x for x in (solvers, r.note[:120] if r.status == "ok" else "") if x)
         out.append(f"| {r.method} | {r.budget} | {status} | {_f(None if r.peak_bytes is None else r.peak_bytes / MiB)} "
-                   f"| {_f(r.fraction)} | {_f(r.fraction_ex_grads)} | {_f(r.predicted_fraction)} | {ratio} | {_f(r.plan_s)} "
+                   f"| {_f(r.fraction)} | {_f(r.predicted_fraction)} | {ratio} | {_f(r.plan_s)} "
                    f"| {_f(r.compile_s, '{:.1f}')} | {_f(r.grad_err, '{:.1e}')} | {note} |")
     return "\n".join(out)
 
@@ -578,7 +566,7 @@ def checks(rows: list[Row]) -> list[str]:
                (b not in remat_rows or remat_rows[b].status != "ok")]
     lines.append(f"- remat feasible at every budget the knob runs (same number): "
                  f"{'yes' if not missing else 'no, infeasible at ' + ', '.join(missing)}")
-    for method in (AT_PEAK, AT_PEAK_EX):
+    for method in (AT_PEAK,):
         at_rows = by(method)
         if not at_rows:
             continue
@@ -651,7 +639,7 @@ def pareto_plot(name: str, description: str, rows: list[Row], path: Path) -> Non
     # peaks as points, labelled by the knob's budget they match
     order = {"min": -1.0, "none": 2.0}
     series = [("knob", "tab:red", "s", "-", True), ("remat", "tab:blue", "o", "-", True),
-              (AT_PEAK, "tab:cyan", "^", "", False), (AT_PEAK_EX, "tab:green", "v", "", False)]
+              (AT_PEAK, "tab:cyan", "^", "", False)]
     for method, color, marker, ls, label_points in series:
         pts = [r for r in rows if r.method == method and r.status == "ok" and r.ratio is not None
                and (_budget_value(r) is not None or r.budget in order)]

@@ -202,3 +202,37 @@ def test_gradients_kept_between_steps_are_taken_off_a_byte_budget_with_a_warning
     torch._dynamo.reset()
     step(x).sum().backward()  # planned again, now with the kept gradients taken off its share
     assert shares[-1] == shares[0] - grads
+
+
+class _SmallThenLarge(torch.nn.Module):
+    """A graph break after a layer whose activation no plan reduces, then a wide MLP."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(64, 64)
+        self.rest = MLP(d_in=64, hidden=1024)
+
+    def forward(self, x):
+        y = self.first(x)
+        torch._dynamo.graph_break()
+        return self.rest(y)
+
+
+def test_a_first_graph_is_not_refused_for_a_fraction_the_step_meets():
+    torch.manual_seed(0)
+    model, x = _SmallThenLarge(), torch.randn(512, 64)
+    expected = torch.autograd.grad(model(x).pow(2).sum(), list(model.parameters()))
+    torch._dynamo.reset()
+    plans = []
+    step = remat.compile(model, budget=0.3, compiler="eager", cache=False,
+                         on_plan=lambda g, p: plans.append(p))
+    with pytest.warns(remat.RematBudgetWarning, match="of the step's"):
+        got = torch.autograd.grad(step(x).pow(2).sum(), list(model.parameters()))
+    assert len(plans) == 2
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # alone, the first layer cannot meet 0.3 of its own activation memory
+    torch._dynamo.reset()
+    with pytest.raises(InfeasibleBudgetError):
+        remat.compile(model.first, budget=0.3, compiler="eager", cache=False)(x).sum().backward()
+    torch._dynamo.reset()

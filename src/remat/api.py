@@ -76,27 +76,43 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     backend = RematBackend(settings, options, mode, label=label, model_bytes=model_bytes)  # checks mode and options now
     compiled = torch.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
                              options=options, disable=disable)
-    if isinstance(model, torch.nn.Module) and settings.budget is not None and settings.budget.kind == "bytes":
-        compiled.register_forward_pre_hook(_KeptGradients(model, backend.step))
+    if isinstance(model, torch.nn.Module) and settings.budget is not None:
+        checks = _StepChecks(model, backend.step)
+        if settings.budget.kind == "bytes":
+            compiled.register_forward_pre_hook(checks.before)
+        elif settings.budget.kind == "fraction":
+            backend.step.defer = True
+            compiled.register_forward_hook(checks.after)
     return compiled
 
 
-class _KeptGradients:
-    """Before each call of a model compiled with a byte budget: the bytes of gradients its
-    parameters hold from the step before, which the step's new gradients are added to
-    (:meth:`remat.plans.step.StepBudget.held_gradients`); warns once when plans were made
-    without them."""
+class _StepChecks:
+    """Hooks around each call of a module compiled with a budget
+    (:class:`remat.plans.step.StepBudget`): before it, a byte budget takes off the gradients
+    kept from the step before (:meth:`~remat.plans.step.StepBudget.held_gradients`, with a
+    warning when plans were made without them); after it, when every graph of the step's
+    forward is planned, a fraction decides whether a first graph that could not meet its own
+    share fits the whole step's (:meth:`~remat.plans.step.StepBudget.verdict`)."""
 
     def __init__(self, model: torch.nn.Module, step) -> None:
         self.params = list(model.parameters())
         self.step = step
 
-    def __call__(self, module, args) -> None:
+    def before(self, module, args) -> None:
         held = sum(p.grad.numel() * p.grad.element_size() for p in self.params if p.grad is not None)
         if held:
             text = self.step.held_gradients(held)
             if text:
                 warnings.warn(text, RematBudgetWarning, stacklevel=3)
+
+    def after(self, module, args, output) -> None:
+        if self.step.pending is None:
+            return
+        error, text = self.step.verdict()
+        if error is not None:
+            raise error
+        if text:
+            warnings.warn(text, RematBudgetWarning, stacklevel=3)
 
 
 def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,

@@ -130,17 +130,18 @@ class RematPartitioner(CustomPartitionerFn):
             if step.may_refuse(graph):
                 raise
             plan = solve_within("min", 0.0)
-            warnings.warn(
-                f"graph {graph.name!r} (graph {len(step.graphs) + 1} of its step) cannot meet its "
-                f"share of the step's budget {o.budget.text!r} ({format_bytes(share)}); it runs at "
-                f"its least memory, {format_bytes(plan.peak_bytes)}, and the graphs after it get "
-                f"{format_bytes(max(0, plan.peak_bytes - share))} less ({e.args[0][:200]})",
-                RematBudgetWarning, stacklevel=2)
+            if not step.refuse_later(graph, e):  # else the step's forward decides (StepBudget.verdict)
+                warnings.warn(
+                    f"graph {graph.name!r} (graph {len(step.graphs) + 1} of its step) cannot meet its "
+                    f"share of the step's budget {o.budget.text!r} ({format_bytes(share)}); it runs at "
+                    f"its least memory, {format_bytes(plan.peak_bytes)}, and the graphs after it get "
+                    f"{format_bytes(max(0, plan.peak_bytes - share))} less ({e.args[0][:200]})",
+                    RematBudgetWarning, stacklevel=2)
         if o.budget is not None:
             # the budget asked for the step; budget_bytes is this graph's share of it
             plan.options["budget"] = o.budget.text
             plan.options["step_graph"] = len(step.graphs) + 1
-        step.planned(graph, plan.saved_activation_bytes)
+        step.planned(graph, plan.saved_activation_bytes, plan.peak_bytes)
         return plan
 
     def _report(self, plan: Plan) -> None:

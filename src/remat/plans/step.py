@@ -20,11 +20,20 @@ they are planned (the order PyTorch compiles them in, which is the order they ru
 - ``"min"``: every graph at its least memory.
 
 A graph alone in its step gets exactly the budget it would get on its own. When a graph
-cannot meet its share, it is refused (:class:`~remat.errors.InfeasibleBudgetError`) only if
-it is the first graph of the step and nothing says more are coming; otherwise it gets its
-least-memory plan, a :class:`~remat.errors.RematBudgetWarning` says by how much it is over,
-and the graphs after it get less. DDP's bucket graphs are known to come in numbers
-(``submod`` in their names).
+cannot meet its share, it gets its least-memory plan, a
+:class:`~remat.errors.RematBudgetWarning` says by how much it is over, and the graphs after
+it get less; it is refused (:class:`~remat.errors.InfeasibleBudgetError`) only when the step
+as a whole cannot meet the budget either:
+
+- a byte budget: the first graph's peak is part of the step's, so a first graph that cannot
+  fit is refused at once;
+- a fraction: the first graph's share is a fraction of *its own* activation memory, but the
+  step's may be larger (a graph break: later graphs peak higher). When ``remat.compile`` wraps
+  a module, it checks after the step's forward, when every graph of the step is planned
+  (:meth:`StepBudget.verdict`): the first graph is refused only if its least memory exceeds
+  the fraction of the whole step's activation memory. Otherwise (a plain function) it is
+  refused at once. DDP's bucket graphs are known to come in numbers (``submod`` in their
+  names) and are never refused.
 
 >>> from remat.graph.examples import cos_cos_graph
 >>> from remat.plans.budget import Budget
@@ -50,6 +59,8 @@ class _Planned:
     name: str
     ref_saved: int  # bytes the graph saves for its backward without recomputation
     saved: int  # bytes its plan saves
+    ref_act: int = 0  # its activation memory without recomputation
+    act: int = 0  # its plan's peak above its inputs and parameters
 
 
 @dataclass
@@ -63,6 +74,8 @@ class StepBudget:
     graphs: list[_Planned] = field(default_factory=list)
     kept_gradients: int = 0  # bytes of gradients held from the step before, taken off a byte budget
     planned_for: int | None = None  # kept_gradients when the plans were made
+    defer: bool = False  # a fraction's refusal of the first graph waits for verdict()
+    pending: Exception | None = None  # the first graph's refusal, waiting for verdict()
 
     def held_gradients(self, nbytes: int) -> str | None:
         """Note that ``nbytes`` of gradients are held as a step starts. Returns a warning's
@@ -102,14 +115,52 @@ class StepBudget:
         outside = max(0, self.model_bytes - own_param_bytes) * 2  # parameters and gradients
         return int(b.value) - held - outside - self.kept_gradients
 
-    def planned(self, g: Graph, saved_bytes: int) -> None:
-        """Record that ``g``'s plan saves ``saved_bytes`` for its backward."""
-        self.graphs.append(_Planned(g.name, reference_saved_bytes(g), int(saved_bytes)))
+    def planned(self, g: Graph, saved_bytes: int, peak_bytes: int | None = None) -> None:
+        """Record that ``g``'s plan saves ``saved_bytes`` for its backward and peaks at
+        ``peak_bytes`` (its own accounting)."""
+        act = max(0, int(peak_bytes) - resident_bytes(g)) if peak_bytes is not None else 0
+        self.graphs.append(_Planned(g.name, reference_saved_bytes(g), int(saved_bytes),
+                                    activation_bytes(g), act))
         self.planned_for = self.kept_gradients
 
     def may_refuse(self, g: Graph) -> bool:
-        """Whether an infeasible share of ``g`` is an error (see the module docstring)."""
-        return self.first and "submod" not in g.name
+        """Whether an infeasible share of ``g`` is an error now (see the module docstring)."""
+        return self.first and "submod" not in g.name and not (
+            self.defer and self.budget is not None and self.budget.kind == "fraction")
+
+    def refuse_later(self, g: Graph, error: Exception) -> bool:
+        """Keep ``error``, the first graph's refusal of a fraction, for :meth:`verdict`
+        (True), when refusals are deferred; else False."""
+        if not (self.first and self.defer and "submod" not in g.name
+                and self.budget is not None and self.budget.kind == "fraction"):
+            return False
+        self.pending = error
+        return True
+
+    def step_activation(self) -> int:
+        """The step's activation memory without recomputation, from the graphs planned:
+        ``max_k (sum_{j<k} ref_saved_j + ref_act_k)``."""
+        best = held = 0
+        for p in self.graphs:
+            best = max(best, held + p.ref_act)
+            held += p.ref_saved
+        return best
+
+    def verdict(self) -> tuple[Exception | None, str | None]:
+        """After the step's forward: ``(error, None)`` when the first graph, refused for its
+        share of a fraction, does not fit the fraction of the whole step's activation memory
+        either; ``(None, warning text)`` when it does; ``(None, None)`` when nothing was
+        pending."""
+        error, self.pending = self.pending, None
+        if error is None or not self.graphs:
+            return None, None
+        first, allowed = self.graphs[0], self.budget.value * self.step_activation()
+        if first.act > allowed:
+            return error, None
+        return None, (f"graph {first.name!r} cannot meet {self.budget.text!r} of its own activation "
+                      f"memory but fits {self.budget.text!r} of the step's ({len(self.graphs)} "
+                      f"graphs): it runs at its least memory, {format_bytes(first.act)} above its "
+                      f"inputs and parameters, within the step's {format_bytes(allowed)}")
 
 
 def _position(name: str) -> tuple[int, int]:
