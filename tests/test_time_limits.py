@@ -17,19 +17,13 @@ LIMIT = 3.0
 NOISE = 0.75  # seconds of scheduling noise allowed on top of the 5%
 
 
-HIGHS_OVERRUN = pytest.mark.xfail(strict=False, reason=(
-    "checkmate and checkmate-lp build the MILP/LP (0.5 s here) and HiGHS's presolve cannot be "
-    "interrupted: with a 3 s limit on this 553-node graph they return after 4-5 s"))
-
-
 @pytest.fixture(scope="module")
 def graph():
     return synthetic_joint_graph(600, seed=1)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("solver", [pytest.param(s, marks=[HIGHS_OVERRUN] if s.startswith("checkmate") else [])
-                                    for s in names(graphs=True, budget=True)])
+@pytest.mark.parametrize("solver", names(graphs=True, budget=True))
 @pytest.mark.parametrize("budget", [0.5, 0.05])
 def test_solver_returns_within_its_time_limit(graph, solver, budget):
     t0 = time.perf_counter()

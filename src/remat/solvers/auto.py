@@ -32,6 +32,7 @@ from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
 from .deadline import Deadline
+from .feasible import FIXED
 from .mincut import mincut
 from .mincut.frontier import frontier
 from .progress import report
@@ -40,10 +41,11 @@ AUTO_BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-sqrtn-linearized", "chen
                   "griewank", "chen-greedy-linearized")
 """The baselines ``auto`` tries when no saved set fits, cheapest first: the chain policies on
 the articulation points (``chen-*``, when the graph has any) and on the whole forward order
-(``-linearized``: on GPT-2 only these reach 0.2), and REVOLVE. The greedy ones search (5-10 s
-on an 800-node graph); the time limit stops them at their best so far."""
+(``-linearized``: on GPT-2 only these reach 0.2), and REVOLVE. The greedy ones and REVOLVE
+search (5-10 s each on an 800-node graph): they share :data:`STAGED_SECONDS` evenly, and
+each stops at its best so far, its grid sampled coarse to fine."""
 
-STAGED_SECONDS = 10.0
+STAGED_SECONDS = 6.0
 """At most this much of the time limit goes to the baselines and the MILP, so that a budget
 nothing reaches is reported in seconds."""
 
@@ -88,12 +90,16 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
         return _done(min(better, key=_speed) if better else base, plans, t0, points)
     staged = Deadline(STAGED_SECONDS if clock.limit is None else min(clock.left(), STAGED_SECONDS))
     if least or not any(p.feasible for p in plans):
+        searching = [n for n in AUTO_BASELINES if n not in FIXED]
         for name in AUTO_BASELINES:
             if staged.expired():
                 break
             report(f"{g.name}: baseline {name}")
-            attempt(name, lambda name=name: BASELINES[name](g, limit or 0, cost_model=cm,
-                                                              time_limit=staged.left()))
+            share = staged.left()
+            if name in searching:  # the searches share the time evenly (each stops at its best)
+                share = None if share is None else share / (len(searching) - searching.index(name))
+            attempt(name, lambda name=name, share=share: BASELINES[name](
+                g, limit or 0, cost_model=cm, time_limit=share))
     if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
             and not staged.expired():
         report(f"{g.name}: Checkmate's MILP")

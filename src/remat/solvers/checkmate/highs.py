@@ -62,10 +62,18 @@ def _deadline(h, deadline: float | None):
             hook.unsubscribe(stop_when_late)
 
 
+PRESOLVE_SECONDS_PER_NONZERO = 1e-6
+"""HiGHS's presolve, which no callback interrupts, took 2.2 s on a 2.3M-nonzero Checkmate LP
+here (a 553-node graph): with a time limit shorter than twice that estimate, :func:`run_highs`
+turns presolve off, so that the simplex, which stops on time, starts at once."""
+
+
 def run_highs(h, *, time_limit: float | None = None, mip_gap: float | None = None,
               mip: bool = True) -> HighsOutcome:
     """Run ``h`` and read back the status, the incumbent and the bound."""
     h.setOptionValue("time_limit", float(time_limit) if time_limit is not None else np.inf)
+    if time_limit is not None and 2 * PRESOLVE_SECONDS_PER_NONZERO * h.getNumNz() > time_limit:
+        h.setOptionValue("presolve", "off")
     if mip_gap is not None:
         h.setOptionValue("mip_rel_gap", float(mip_gap))
     t0 = time.perf_counter()

@@ -132,12 +132,13 @@ def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
     (``"auto"``: checkpoint-all, the baselines of :data:`WARM_BASELINES` at the budget, then
     :func:`strided_matrix` for :data:`WARM_STRIDES`; ``"lp"``: those and the LP rounding's
     winner) as a column vector, or None; and what happened, in words."""
+    clock = Deadline(time_left)  # the baselines and the candidates below share it
     if isinstance(start, str):
         if start not in ("auto", "lp"):
             raise ValueError("warm_start must be 'auto', 'lp', None or a checkpoint matrix, "
                              f"not {start!r}")
         candidates = [("checkpoint-all", checkpoint_all_matrix(g))]
-        candidates += baseline_matrices(g, model.budget, cm, time_limit=time_left)
+        candidates += baseline_matrices(g, model.budget, cm, time_limit=clock.left())
         candidates += [(f"stride {k}", strided_matrix(g, k)) for k in WARM_STRIDES]
         if start == "lp":
             lp = checkmate_lp(g, model.budget, time_limit=lp_time, cost_model=cm)
@@ -146,7 +147,6 @@ def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
     else:
         candidates = [("given", np.asarray(start, dtype=bool))]
     best = None
-    clock = Deadline(time_left)
     for k, (name, S) in enumerate(candidates):
         if k > 0 and clock.expired():
             break  # out of time: keep the cheapest start found so far, if any
@@ -167,9 +167,18 @@ def _warm_start(model: CheckmateModel, g: Graph, start, cm: CostModel,
     return best[2], f"used ({best[1]})"
 
 
+WARM_SHARE = 0.5
+"""Under a time limit, the share of what is left that the starting schedules may take (each
+baseline stops at its best so far when it runs out), so that HiGHS keeps the rest."""
+
 MIN_HIGHS_SHARE = 0.05
 """HiGHS runs only if this share of the time limit is left after the starting schedules: its
 presolve cannot be interrupted (7 s on GPT-2 small's 518k columns when started with none left)."""
+
+HIGHS_SETUP_SECONDS_PER_NONZERO = 0.5e-6
+"""Before its first simplex iteration (where a time limit can stop it) HiGHS sets up the
+model: 1 s for 2.3M nonzeros here, without presolve. With less time left than that, the
+MILP is not run and the best starting schedule is returned."""
 
 ROOT_PROBE_COLUMNS = 150_000
 """With a time limit, models with more columns (ResNet50: 286k) first solve the LP relaxation
@@ -255,11 +264,13 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
         details.update(model=model.stats, build_seconds=round(time.perf_counter() - tb, 3))
         x0 = None
         if warm_start is not None:
-            lp_time = None if time_limit is None else clock.left() / 2
+            # the starts get half of what is left, the LP rounding a quarter: HiGHS the rest
+            lp_time = None if time_limit is None else clock.left() * WARM_SHARE / 2
             x0, details["warm_start"] = _warm_start(model, g, warm_start, cm, lp_time,
-                                                    clock.left())
+                                                    None if time_limit is None else clock.left() * WARM_SHARE)
         remaining = clock.left()
-        if remaining is not None and remaining <= MIN_HIGHS_SHARE * time_limit:
+        if remaining is not None and remaining <= max(MIN_HIGHS_SHARE * time_limit,
+                                                      HIGHS_SETUP_SECONDS_PER_NONZERO * model.stats["nonzeros"]):
             # the starts used the time up: HiGHS's presolve alone would run past the limit
             details["emission"] = "warm start (MILP not run: the time limit was spent)"
             if x0 is None:
