@@ -51,8 +51,8 @@ def _spec(a):
                     val.dtype, str(val.device))
         return ("V", _hint(val))
     if isinstance(a, (list, tuple)):
-        return tuple(_spec(x) for x in a)
-    return a
+        return ("L", tuple(_spec(x) for x in a))
+    return _hint(a)
 
 
 def _real(spec):
@@ -63,8 +63,8 @@ def _real(spec):
         return t.normal_() if dtype.is_floating_point else t.zero_()
     if isinstance(spec, tuple) and spec and spec[0] == "V":
         return spec[1]
-    if isinstance(spec, tuple):
-        return [_real(x) for x in spec]
+    if isinstance(spec, tuple) and spec and spec[0] == "L":
+        return [_real(x) for x in spec[1]]
     return spec
 
 
@@ -83,7 +83,7 @@ def measure_workspaces(nodes: Iterable[fx.Node]) -> dict[str, int]:
             and _device(n) in ("cpu", "cuda")]
     if not todo or not _enabled() or torch.autograd.profiler._is_profiler_enabled:
         return {}
-    keys = {n.name: (n.target, _spec(list(n.args)), tuple((k, _spec(v)) for k, v in n.kwargs.items()))
+    keys = {n.name: (n.target, _spec(list(n.args))[1], tuple((k, _spec(v)) for k, v in n.kwargs.items()))
             for n in todo}
     missing = {k: n for n in todo if (k := keys[n.name]) not in _CACHE}
     if missing:
@@ -105,7 +105,7 @@ def _measure(missing: dict[tuple, fx.Node]) -> None:
 
 def _inputs(key):
     target, args, kwargs = key
-    return target, _real(args), {k: _real(v) for k, v in kwargs}
+    return target, [_real(a) for a in args], {k: _real(v) for k, v in kwargs}
 
 
 def _measure_cpu(keys: list[tuple]) -> None:
