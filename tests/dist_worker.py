@@ -48,7 +48,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 STEPS = 3
-VOCAB, WIDTH, HEADS, LAYERS, SEQ, BATCH = 128, 64, 4, 2, 16, 2
+VOCAB, WIDTH, HEADS, LAYERS, SEQ, BATCH = 128, 64, 4, 2, 16, 8
 BUCKET_MB = 0.1
 WRAPS = ("ddp", "fsdp", "tp", "dtensor")
 

@@ -11,7 +11,7 @@ import torch
 
 import remat
 from remat.zoo.cnn import ConvBN
-from remat.zoo.mlp import MLP
+from remat.zoo.mlp import MLP, MLPNet
 from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 from remat.bench.budgeted import budgeted_step
 from remat.errors import InfeasibleBudgetError
@@ -210,7 +210,7 @@ class _SmallThenLarge(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.first = torch.nn.Linear(64, 64)
-        self.rest = MLP(d_in=64, hidden=1024)
+        self.rest = MLPNet(d_in=64, width=512, depth=8, classes=10)
 
     def forward(self, x):
         y = self.first(x)
@@ -224,15 +224,25 @@ def test_a_first_graph_is_not_refused_for_a_fraction_the_step_meets():
     expected = torch.autograd.grad(model(x).pow(2).sum(), list(model.parameters()))
     torch._dynamo.reset()
     plans = []
-    step = remat.compile(model, budget=0.3, compiler="eager", cache=False,
+    step = remat.compile(model, budget=0.5, compiler="eager", cache=False,
                          on_plan=lambda g, p: plans.append(p))
-    with pytest.warns(remat.RematBudgetWarning, match="of the step's"):
+    with pytest.warns(remat.RematBudgetWarning, match="the step as a whole fits"):
         got = torch.autograd.grad(step(x).pow(2).sum(), list(model.parameters()))
     assert len(plans) == 2
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    # alone, the first layer cannot meet 0.3 of its own activation memory
+    # alone, the first layer cannot meet 0.5 of its own activation memory
     torch._dynamo.reset()
     with pytest.raises(InfeasibleBudgetError):
-        remat.compile(model.first, budget=0.3, compiler="eager", cache=False)(x).sum().backward()
+        remat.compile(model.first, budget=0.5, compiler="eager", cache=False)(x).sum().backward()
+    torch._dynamo.reset()
+
+
+def test_a_fraction_no_plan_of_the_step_meets_is_refused_for_the_step():
+    torch.manual_seed(0)
+    model, x = _SmallThenLarge(), torch.randn(512, 64)
+    torch._dynamo.reset()
+    step = remat.compile(model, budget=0.05, compiler="eager", cache=False)
+    with pytest.raises(InfeasibleBudgetError, match="the step's 2 graphs .* cannot meet the budget '0.05'"):
+        step(x).sum().backward()
     torch._dynamo.reset()

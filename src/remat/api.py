@@ -106,7 +106,7 @@ class _StepChecks:
                 warnings.warn(text, RematBudgetWarning, stacklevel=3)
 
     def after(self, module, args, output) -> None:
-        if self.step.pending is None:
+        if not self.step.over:
             return
         error, text = self.step.verdict()
         if error is not None:

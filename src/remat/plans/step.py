@@ -27,13 +27,14 @@ as a whole cannot meet the budget either:
 
 - a byte budget: the first graph's peak is part of the step's, so a first graph that cannot
   fit is refused at once;
-- a fraction: the first graph's share is a fraction of *its own* activation memory, but the
-  step's may be larger (a graph break: later graphs peak higher). When ``remat.compile`` wraps
-  a module, it checks after the step's forward, when every graph of the step is planned
-  (:meth:`StepBudget.verdict`): the first graph is refused only if its least memory exceeds
-  the fraction of the whole step's activation memory. Otherwise (a plain function) it is
-  refused at once. DDP's bucket graphs are known to come in numbers (``submod`` in their
-  names) and are never refused.
+- a fraction: a graph's share is of the step's activation memory *so far*, but the step's
+  may be larger (a graph break: later graphs peak higher). When ``remat.compile`` wraps a
+  module, it decides after the step's forward, when every graph of the step is planned
+  (:meth:`StepBudget.verdict`): if the step, with the graphs that could not meet their shares
+  at their least memory, peaks within the fraction of its whole activation memory, it runs
+  (one warning); if not, the step is refused. With a plain function, a first graph that
+  cannot meet its share is refused at once, the others warn. DDP's bucket graphs are known
+  to come in numbers (``submod`` in their names).
 
 >>> from remat.graph.examples import cos_cos_graph
 >>> from remat.plans.budget import Budget
@@ -49,6 +50,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..cost.model import storage
+from ..errors import InfeasibleBudgetError
 from ..graph.graph import Graph
 from .budget import Budget, activation_bytes, format_bytes, resident_bytes
 from .saved_set import required_forward
@@ -76,6 +78,7 @@ class StepBudget:
     planned_for: int | None = None  # kept_gradients when the plans were made
     defer: bool = False  # a fraction's refusal of the first graph waits for verdict()
     pending: Exception | None = None  # the first graph's refusal, waiting for verdict()
+    over: bool = False  # a graph could not meet its share since the last verdict()
 
     def held_gradients(self, nbytes: int) -> str | None:
         """Note that ``nbytes`` of gradients are held as a step starts. Returns a warning's
@@ -129,38 +132,55 @@ class StepBudget:
             self.defer and self.budget is not None and self.budget.kind == "fraction")
 
     def refuse_later(self, g: Graph, error: Exception) -> bool:
-        """Keep ``error``, the first graph's refusal of a fraction, for :meth:`verdict`
-        (True), when refusals are deferred; else False."""
-        if not (self.first and self.defer and "submod" not in g.name
-                and self.budget is not None and self.budget.kind == "fraction"):
-            return False
-        self.pending = error
-        return True
+        """Note that ``g`` could not meet its share and runs at its least memory. Returns
+        False when that is an error now (a byte budget's first graph, or refusals not
+        deferred); with a fraction and deferred refusals, :meth:`verdict` decides after the
+        step's forward (``error`` is kept for it when ``g`` is the first graph), and so does a
+        warning for any other graph."""
+        deferred = self.defer and self.budget is not None and self.budget.kind == "fraction"
+        if deferred:
+            self.over = True
+            if self.first and "submod" not in g.name:
+                self.pending = error
+        return deferred
 
-    def step_activation(self) -> int:
-        """The step's activation memory without recomputation, from the graphs planned:
-        ``max_k (sum_{j<k} ref_saved_j + ref_act_k)``."""
+    def step_activation(self, planned: bool = False) -> int:
+        """The step's activation memory from the graphs planned,
+        ``max_k (sum_{j<k} saved_j + act_k)``: without recomputation (their reference saved
+        bytes and activation memory), or with their plans (``planned``)."""
         best = held = 0
         for p in self.graphs:
-            best = max(best, held + p.ref_act)
-            held += p.ref_saved
+            best = max(best, held + (p.act if planned else p.ref_act))
+            held += p.saved if planned else p.ref_saved
         return best
 
     def verdict(self) -> tuple[Exception | None, str | None]:
-        """After the step's forward: ``(error, None)`` when the first graph, refused for its
-        share of a fraction, does not fit the fraction of the whole step's activation memory
-        either; ``(None, warning text)`` when it does; ``(None, None)`` when nothing was
-        pending."""
-        error, self.pending = self.pending, None
-        if error is None or not self.graphs:
+        """After the step's forward, when every graph of it is planned, for a fraction some of
+        whose graphs could not meet their shares: ``(error, None)`` when the step, its graphs
+        at the plans they got (those at their least memory included), peaks above the fraction
+        of its whole activation memory; else ``(None, warning text)``. ``(None, None)`` when
+        every graph met its share."""
+        error, over, self.pending, self.over = self.pending, self.over, None, False
+        if not over or not self.graphs:
             return None, None
-        first, allowed = self.graphs[0], self.budget.value * self.step_activation()
-        if first.act > allowed:
-            return error, None
-        return None, (f"graph {first.name!r} cannot meet {self.budget.text!r} of its own activation "
-                      f"memory but fits {self.budget.text!r} of the step's ({len(self.graphs)} "
-                      f"graphs): it runs at its least memory, {format_bytes(first.act)} above its "
-                      f"inputs and parameters, within the step's {format_bytes(allowed)}")
+        reference, planned = self.step_activation(), self.step_activation(planned=True)
+        allowed = self.budget.value * reference
+        names = ", ".join(repr(p.name) for p in self.graphs)
+        if planned > allowed:
+            text = (f"the step's {len(self.graphs)} graphs ({names}) cannot meet the budget "
+                    f"{self.budget.text!r} together: with the graphs that could not meet their shares "
+                    f"at their least memory, the step peaks {format_bytes(planned)} above its inputs "
+                    f"and parameters, {planned / max(1, reference):.2f} of its activation memory "
+                    f"without recomputation ({format_bytes(reference)}); the budget allows "
+                    f"{format_bytes(allowed)}. Ask for {planned / max(1, reference):.2f} or more, or "
+                    f"'min'")
+            if error is not None and len(self.graphs) == 1:
+                return error, None  # a graph alone: its own error says it best
+            return InfeasibleBudgetError(text, plan=getattr(error, "plan", None)), None
+        return None, (f"some graphs of the step ({names}) could not meet their shares of "
+                      f"{self.budget.text!r} and run at their least memory, but the step as a whole "
+                      f"fits: it peaks {format_bytes(planned)} above its inputs and parameters, within "
+                      f"{self.budget.text!r} of its activation memory ({format_bytes(allowed)})")
 
 
 def _position(name: str) -> tuple[int, int]:
