@@ -129,8 +129,9 @@ def _frontier_plans(g: Graph, cm: CostModel, clock: Deadline, attempt) -> int:
     try:
         points = frontier(g, cm, time_limit=clock.left())
     except RematError as e:  # no valid saved set (flags that forbid every cut)
+        why = str(e)
         attempt("frontier", lambda: Plan.without_schedule(g, solver="frontier", status="unsupported",
-                                                          message=str(e)))
+                                                          message=why))
         return 0
     seen: set[tuple[str, ...]] = set()
     for k, pt in enumerate(points):
