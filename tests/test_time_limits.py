@@ -14,7 +14,7 @@ from remat.graph.synthetic import synthetic_joint_graph
 from remat.solvers import names, solve
 
 LIMIT = 3.0
-NOISE = 0.75  # seconds of scheduling noise allowed on top of the 5%
+NOISE = 1.0  # seconds of scheduling noise on top of the 5% (a long suite run measured up to 0.9 s)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,10 @@ from .baselines import BASELINES
 from .deadline import Deadline
 
 
+RECOMPUTE_ALL_SECONDS_PER_STAGE2 = 3e-6
+"""Recompute-all's schedule has one statement per (stage, ancestor): 0.6 s for 510 stages here;
+it is skipped when less time is left than this times the stages squared."""
+
 FIXED = ("checkpoint-all", "chen-sqrtn", "chen-sqrtn-ap", "chen-sqrtn-linearized")
 """Baselines that evaluate one policy, without a search (0.02 s each on ResNet50's graph)."""
 
@@ -66,6 +70,8 @@ def _cheapest_schedules(g: Graph, clock: Deadline) -> tuple[tuple[int, str], boo
             continue
         if name == "recompute-all":
             st = staged(g)
+            if clock.limit is not None and clock.left() < RECOMPUTE_ALL_SECONDS_PER_STAGE2 * st.n ** 2:
+                continue  # its schedule is quadratic in the stages: no time for it
             S = np.zeros((st.n, st.n), dtype=bool)
             best = min(best, (simulate(schedule_from_rs(st, solve_r(st, S), S)).peak_bytes, name))
             continue
