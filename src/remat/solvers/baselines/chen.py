@@ -12,7 +12,7 @@ from ...cost.model import CostModel, default_cost_model
 from ...graph.graph import Graph
 from ...plans.plan import Plan
 from ..deadline import Deadline
-from .policy import _context, _Ctx, _evaluate, _pick, _Point, _result, candidate_chain, linearized_candidates
+from .policy import _context, _Ctx, _evaluate, _Point, _result, candidate_chain, linearized_candidates
 
 
 # -- checkpoint selection (Chen et al.) -----------------------------------------------------
@@ -73,12 +73,6 @@ def greedy_grid(g: Graph, points: int = 100) -> list[float]:
     return sorted(grid)
 
 
-COARSE = 8
-"""Chen's greedy search evaluates every ``COARSE``-th value of ``b`` first, then the values
-around the best of those, then the rest (coarse to fine): under a time limit the search that
-stops early has covered the range and refined where it matters."""
-
-
 def coarse_to_fine(n: int) -> list[int]:
     """``0..n-1`` with every ``2^k``-th index first, largest ``k`` first, then the indices
     between them: a search stopped early has still sampled the whole range.
@@ -116,27 +110,13 @@ def _chen_greedy(name: str, mode: str):
             grid = greedy_grid(g, points)
         seen: dict[tuple[int, ...], _Point] = {}
         evaluated: list[tuple[int, _Point]] = []
-        limit = math.inf if budget is None else float(budget)
-        order = coarse_to_fine(len(grid))  # a time limit leaves an even, coarser search ...
-        done: set[int] = set()
-        coarse = sum(1 for k in range(len(grid)) if k % COARSE == 0)
-        while order:
-            k = order.pop(0)
-            if k in done:
-                continue
+        for k in coarse_to_fine(len(grid)):  # a time limit leaves an even, coarser search
             if evaluated and clock.expired():
                 break
-            done.add(k)
             cps = tuple(chen_greedy_checkpoints(ctx, cset, grid[k]))
             if cps not in seen:
                 seen[cps] = _evaluate(g, ctx, cps, None, cm, grid[k])
                 evaluated.append((k, seen[cps]))
-            if len(done) == coarse:  # ... refined first around the best of the coarse pass
-                best, _ = _pick([p for _, p in evaluated], limit)
-                kb = next(i for i, p in evaluated if p is best)
-                near = sorted(range(max(0, kb - COARSE), min(len(grid), kb + COARSE + 1)),
-                              key=lambda i: abs(i - kb))
-                order = [i for i in near if i not in done] + order
         evaluated.sort(key=lambda kp: kp[0])  # grid order: the same choice among ties as a full search
         return _result(name, g, ctx, budget, [p for _, p in evaluated], clock.start, cm,
                        {"candidates": used, "n_candidates": len(C), "grid_size": len(grid)})
