@@ -60,25 +60,25 @@ def smallest_feasible(g: Graph, tried: Iterable[Plan] = (), *,
 
 
 def _cheapest_schedules(g: Graph, clock: Deadline) -> tuple[tuple[int, str], bool]:
-    best = (reference_peak(g), "checkpoint-all")
-    # the fixed policies first (a few hundredths of a second each), then recompute-all (its
-    # schedule is quadratic: 0.6 s on 500 stages) and the searches, while time is left
-    names = [n for n in FIXED if n in BASELINES] + ["recompute-all"] \
-        + [n for n in BASELINES if n not in FIXED]
-    for name in names:
-        if clock.expired() and name not in FIXED:
-            continue
-        if name == "recompute-all":
-            st = staged(g)
-            if clock.limit is not None and clock.left() < RECOMPUTE_ALL_SECONDS_PER_STAGE2 * st.n ** 2:
-                continue  # its schedule is quadratic in the stages: no time for it
-            S = np.zeros((st.n, st.n), dtype=bool)
-            best = min(best, (simulate(schedule_from_rs(st, solve_r(st, S), S)).peak_bytes, name))
-            continue
+    best = (reference_peak(g), "checkpoint-all")  # the reference is checkpoint-all's schedule
+
+    def run(name: str) -> None:
+        nonlocal best
         try:  # a baseline that runs out of time stops at its best point so far
             r = BASELINES[name](g, 0, time_limit=clock.left())
         except Exception:  # noqa: BLE001 - a baseline that cannot run on this graph is skipped
-            continue
+            return
         if r.peak_bytes is not None and r.peak_bytes < best[0]:
             best = (int(r.peak_bytes), name)
+
+    for name in FIXED:  # a few hundredths of a second each: always
+        if name != "checkpoint-all" and name in BASELINES:
+            run(name)
+    st = staged(g)  # recompute-all: its schedule is quadratic in the stages (0.6 s on 510)
+    if clock.limit is None or clock.left() >= RECOMPUTE_ALL_SECONDS_PER_STAGE2 * st.n ** 2:
+        S = np.zeros((st.n, st.n), dtype=bool)
+        best = min(best, (simulate(schedule_from_rs(st, solve_r(st, S), S)).peak_bytes, "recompute-all"))
+    for name in BASELINES:
+        if name not in FIXED and not clock.expired():
+            run(name)
     return best, not clock.expired()
