@@ -91,8 +91,8 @@ class _StepChecks:
     (:class:`remat.plans.step.StepBudget`): before it, a byte budget takes off the gradients
     kept from the step before (:meth:`~remat.plans.step.StepBudget.held_gradients`, with a
     warning when plans were made without them); after it, when every graph of the step's
-    forward is planned, a fraction decides whether a first graph that could not meet its own
-    share fits the whole step's (:meth:`~remat.plans.step.StepBudget.verdict`)."""
+    forward is planned and some missed their shares of a fraction, the whole step is judged
+    (:meth:`~remat.plans.step.StepBudget.verdict`): a warning, or InfeasibleBudgetError."""
 
     def __init__(self, model: torch.nn.Module, step) -> None:
         self.params = list(model.parameters())

@@ -75,8 +75,7 @@ class StepBudget:
     model_bytes: int = 0
     graphs: list[_Planned] = field(default_factory=list)
     kept_gradients: int = 0  # bytes of gradients held from the step before, taken off a byte budget
-    planned_for: int | None = None  # kept_gradients when the plans were made
-    defer: bool = False  # a fraction's refusal of the first graph waits for verdict()
+    defer: bool = False  # a fraction's missed shares wait for verdict() (remat.compile on a module)
     pending: Exception | None = None  # the first graph's refusal, waiting for verdict()
     over: bool = False  # a graph could not meet its share since the last verdict()
 
@@ -87,7 +86,7 @@ class StepBudget:
         if nbytes <= self.kept_gradients:
             return None
         self.kept_gradients = int(nbytes)
-        if self.planned_for is None or self.budget is None or self.budget.kind != "bytes":
+        if not self.graphs or self.budget is None or self.budget.kind != "bytes":
             return None
         return (f"the step starts with {format_bytes(nbytes)} of gradients kept from the step "
                 f"before (zero_grad(set_to_none=False)), which the backward's new gradients add "
@@ -124,12 +123,15 @@ class StepBudget:
         act = max(0, int(peak_bytes) - resident_bytes(g)) if peak_bytes is not None else 0
         self.graphs.append(_Planned(g.name, reference_saved_bytes(g), int(saved_bytes),
                                     activation_bytes(g), act))
-        self.planned_for = self.kept_gradients
+
+    @property
+    def deferred(self) -> bool:
+        """Whether missed shares are judged by :meth:`verdict` after the step's forward."""
+        return self.defer and self.budget is not None and self.budget.kind == "fraction"
 
     def may_refuse(self, g: Graph) -> bool:
         """Whether an infeasible share of ``g`` is an error now (see the module docstring)."""
-        return self.first and "submod" not in g.name and not (
-            self.defer and self.budget is not None and self.budget.kind == "fraction")
+        return self.first and not _is_bucket(g.name) and not self.deferred
 
     def refuse_later(self, g: Graph, error: Exception) -> bool:
         """Note that ``g`` could not meet its share and runs at its least memory. Returns
@@ -137,12 +139,11 @@ class StepBudget:
         deferred); with a fraction and deferred refusals, :meth:`verdict` decides after the
         step's forward (``error`` is kept for it when ``g`` is the first graph), and so does a
         warning for any other graph."""
-        deferred = self.defer and self.budget is not None and self.budget.kind == "fraction"
-        if deferred:
+        if self.deferred:
             self.over = True
-            if self.first and "submod" not in g.name:
+            if self.first and not _is_bucket(g.name):
                 self.pending = error
-        return deferred
+        return self.deferred
 
     def step_activation(self, planned: bool = False) -> int:
         """The step's activation memory from the graphs planned,
@@ -181,6 +182,12 @@ class StepBudget:
                       f"{self.budget.text!r} and run at their least memory, but the step as a whole "
                       f"fits: it peaks {format_bytes(planned)} above its inputs and parameters, within "
                       f"{self.budget.text!r} of its activation memory ({format_bytes(allowed)})")
+
+
+def _is_bucket(name: str) -> bool:
+    """A DDP bucket's graph (``..._submodK``, :func:`remat.lower.backend._graph_name`): one of
+    several known to come."""
+    return "_submod" in name
 
 
 def _position(name: str) -> tuple[int, int]:
