@@ -22,6 +22,7 @@ import torch
 import torch.fx as fx
 from torch._functorch import config as functorch_config
 from torch._functorch import partitioners as P
+from torch.fx.experimental import symbolic_shapes as ss
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.utils.checkpoint import CheckpointPolicy
 
@@ -160,3 +161,19 @@ def op_types():
 
 def size_of(node: fx.Node) -> int:
     return int(P._size_of(node))
+
+
+def size_hint(x) -> int:
+    """A symbolic size's value for the shapes being compiled (its hint), read without adding a
+    guard: ``int(sym)`` or a comparison would specialise the graph to these sizes, and dynamo
+    would then recompile for every new batch size or sequence length."""
+    if isinstance(x, int):
+        return x
+    for name in ("optimization_hint", "size_hint", "hint_int"):
+        fn = getattr(ss, name, None)  # the name changes between torch releases; none guards
+        if fn is not None:
+            try:
+                return int(fn(x))
+            except Exception:  # noqa: BLE001 - try the next spelling
+                continue
+    return int(x.node.hint)

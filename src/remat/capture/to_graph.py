@@ -32,13 +32,13 @@ from typing import Collection
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
-from torch.fx.experimental import symbolic_shapes as ss
 from torch.utils.flop_counter import flop_registry
 from torch.utils._pytree import tree_map
 
 from ..errors import UnsupportedGraphError
 from ..graph.graph import Graph, Node
 from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types, prefers_recompute_tag
+from .joint import size_hint as _hint
 from .workspace import measure_workspaces
 
 aten = torch.ops.aten
@@ -140,22 +140,6 @@ def _check_supported(node: fx.Node) -> None:
                 f"node {node.name!r} calls {target!r}, an op remat does not know; only torch ops "
                 "and operator builtins can be planned"
             )
-
-
-def _hint(x) -> int:
-    """A symbolic size's value for the shapes being compiled (its hint), read without adding a
-    guard: ``int(sym)`` or a comparison would specialise the graph to these sizes, and dynamo
-    would then recompile for every new batch size or sequence length."""
-    if isinstance(x, int):
-        return x
-    for name in ("optimization_hint", "size_hint", "hint_int"):
-        fn = getattr(ss, name, None)  # the name changes between torch releases; none guards
-        if fn is not None:
-            try:
-                return int(fn(x))
-            except Exception:  # noqa: BLE001 - try the next spelling
-                continue
-    return int(x.node.hint)
 
 
 def _is_symbolic(x) -> bool:

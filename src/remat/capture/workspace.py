@@ -26,6 +26,8 @@ from typing import Iterable
 import torch
 from torch import fx
 
+from .joint import size_hint
+
 MEASURED_OPS = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
 """The ops whose transient memory is measured."""
 
@@ -37,9 +39,8 @@ def _enabled() -> bool:
 
 
 def _hint(x):
-    if isinstance(x, torch.SymInt):
-        return x.node.hint if x.node.hint is not None else 1
-    return x
+    """A symbolic size at its hint (no guard added); anything else as it is."""
+    return size_hint(x) if isinstance(x, torch.SymInt) else x
 
 
 def _spec(a):
