@@ -162,7 +162,6 @@ def memory_events(step: Step, device="cpu", *, lead_in: bool = True) -> list[tup
     return out
 
 
-
 def _running(events: Sequence[tuple[int, int]]) -> tuple[int, int, list[tuple[float, int]]]:
     total, peak = 0, 0
     tl: list[tuple[float, int]] = [(0.0, 0)]

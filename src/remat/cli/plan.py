@@ -33,5 +33,3 @@ def run(args) -> int:
         plan.details["smallest_feasible"] = e.smallest_feasible
     print(plan.to_json() if args.json else plan.summary())
     return 0 if plan.feasible else 1
-
-
