@@ -26,7 +26,7 @@ from torch.fx.experimental import symbolic_shapes as ss
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.utils.checkpoint import CheckpointPolicy
 
-TESTED_TORCH = ("2.13",)
+TESTED_TORCH = ("2.11", "2.13")
 aten = torch.ops.aten
 
 
@@ -115,12 +115,13 @@ def partition_with_saved(joint: JointInfo, saved: Iterable[fx.Node]) -> tuple[fx
     gm = joint.gm
     saved = list(saved)
     saved_sym = [n for n in saved if is_sym_node(n)]
-    saved_opaque = [n for n in saved if P.is_opaque_node(n)]
-    saved_values = [n for n in saved if not is_sym_node(n) and not P.is_opaque_node(n)]
+    opaque = getattr(P, "is_opaque_node", None)  # torch >= 2.12 passes opaque objects apart
+    saved_opaque = [n for n in saved if opaque is not None and opaque(n)]
+    saved_values = [n for n in saved if not is_sym_node(n) and n not in saved_opaque]
+    extra = {"saved_opaque_nodes": saved_opaque} if opaque is not None else {}
     fw, bw = P._extract_fwd_bwd_modules(
-        gm, saved_values, saved_sym_nodes=saved_sym, saved_opaque_nodes=saved_opaque,
-        num_fwd_outputs=joint.num_fwd_outputs,
-        static_lifetime_input_nodes=joint.node_info.static_lifetime_input_nodes,
+        gm, saved_values, saved_sym_nodes=saved_sym, num_fwd_outputs=joint.num_fwd_outputs,
+        static_lifetime_input_nodes=joint.node_info.static_lifetime_input_nodes, **extra,
     )
     if P.has_recomputable_ops(gm) and P.has_recomputable_rng_ops(gm):
         fw, bw = P.functionalize_rng_ops(gm, fw, bw, len(saved_sym))

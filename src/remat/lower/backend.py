@@ -10,6 +10,7 @@ dynamo lets through (:func:`surfaced`).
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -28,6 +29,9 @@ from ..errors import OptionError, RematError
 from .options import NAMES, Options
 from ..plans.step import StepBudget
 from .partitioner import RematPartitioner
+
+_TAKES_OVERRIDE = "partitioner_fn_override" in inspect.signature(partition_fn).parameters
+"""torch >= 2.12 takes the partitioner per call; before, it is read from inductor's config."""
 
 
 class RematBackend:
@@ -159,7 +163,10 @@ def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
     def partition(joint, joint_inputs, **kwargs):
         # inductor's joint passes (random-op rewriting) read V.fake_mode, as under compile_fx
         with V.set_fake_mode(detect_fake_mode(joint_inputs)):
-            return partition_fn(joint, joint_inputs, partitioner_fn_override=partitioner, **kwargs)
+            if _TAKES_OVERRIDE:
+                return partition_fn(joint, joint_inputs, partitioner_fn_override=partitioner, **kwargs)
+            with inductor_config.patch(custom_partitioner_fn=partitioner):  # torch < 2.12
+                return partition_fn(joint, joint_inputs, **kwargs)
 
     return aot_autograd(
         fw_compiler=nop, bw_compiler=nop, inference_compiler=nop, partition_fn=partition,
