@@ -224,17 +224,17 @@ def test_a_first_graph_is_not_refused_for_a_fraction_the_step_meets():
     expected = torch.autograd.grad(model(x).pow(2).sum(), list(model.parameters()))
     torch._dynamo.reset()
     plans = []
-    step = remat.compile(model, budget=0.5, compiler="eager", cache=False,
+    step = remat.compile(model, budget=0.7, compiler="eager", cache=False,
                          on_plan=lambda g, p: plans.append(p))
     with pytest.warns(remat.RematBudgetWarning, match="the step as a whole fits"):
         got = torch.autograd.grad(step(x).pow(2).sum(), list(model.parameters()))
     assert len(plans) == 2
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    # alone, the first layer cannot meet 0.5 of its own activation memory
+    # alone, the first layer cannot meet 0.7 of its own activation memory (the step reaches 0.63)
     torch._dynamo.reset()
     with pytest.raises(InfeasibleBudgetError):
-        remat.compile(model.first, budget=0.5, compiler="eager", cache=False)(x).sum().backward()
+        remat.compile(model.first, budget=0.7, compiler="eager", cache=False)(x).sum().backward()
     torch._dynamo.reset()
 
 

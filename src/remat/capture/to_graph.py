@@ -365,7 +365,33 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             backward_output=role in ("forward", "input", "param") and node in bwd_out,
             meta=meta,
         ))
-    return Graph(nodes, name=name, meta={"dynamic": {"symbols": symbols}} if symbols else None)
+    meta: dict = {"device": _device_info(joint, nodes)}
+    if symbols:
+        meta["dynamic"] = {"symbols": symbols}
+    return Graph(nodes, name=name, meta=meta)
+
+
+def _device_info(joint: JointInfo, nodes: list[Node]) -> dict:
+    """Where the step runs, for the cost model (:func:`remat.cost.model.profile_for_graph`):
+    ``{"type": "cuda", "name": <the GPU's name>, "dtype": <the floating dtype holding the most
+    parameter and input bytes>}``, or ``{"type": "cpu", ...}``."""
+    device = None
+    for p in joint.primals:
+        val = p.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            device = val.device
+            if device.type != "cpu":
+                break
+    out: dict = {"type": device.type if device is not None else "cpu"}
+    if device is not None and device.type == "cuda" and torch.cuda.is_available():
+        out["name"] = torch.cuda.get_device_name(device)
+    weights: dict[str, int] = {}
+    for n in nodes:
+        if n.is_primal and n.dtype and ("float" in n.dtype or "bfloat" in n.dtype):
+            weights[n.dtype] = weights.get(n.dtype, 0) + int(n.bytes)
+    if weights:
+        out["dtype"] = max(weights, key=weights.get)
+    return out
 
 
 def _collect_symbols(val, out: dict[str, int]) -> None:

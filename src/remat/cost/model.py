@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.graph import Graph
+from ..graph.graph import CATEGORIES, Graph
+
+_REDUCTION = CATEGORIES.index("reduction")
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,50 @@ PROFILES = {
     "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6, conv_workspace=1.0),
 }
 
+GPU_PROFILES = {
+    # (GPU name contains, training dtype) -> profile: datasheet dense matmul rates (bf16/fp16 on
+    # tensor cores; float32 without TF32, PyTorch's default) and HBM bandwidth, taken down to
+    # what large kernels reach (about 80% of the matmul rate, 90% of the bandwidth: an H100
+    # measured 798 TFLOP/s bf16 and 3.0 TB/s here, an H200 788 TFLOP/s and 4.3 TB/s)
+    ("H100", "half"): DeviceProfile("h100-bf16", 790e12, 3.0e12, 5e-6),
+    ("H100", "float"): DeviceProfile("h100-fp32", 50e12, 3.0e12, 5e-6),
+    ("H200", "half"): DeviceProfile("h200-bf16", 790e12, 4.3e12, 5e-6),
+    ("H200", "float"): DeviceProfile("h200-fp32", 50e12, 4.3e12, 5e-6),
+    ("A100", "half"): DeviceProfile("a100-bf16", 250e12, 1.6e12, 5e-6),
+    ("A100", "float"): DeviceProfile("a100-fp32", 16e12, 1.6e12, 5e-6),
+}
+"""The profiles of known GPUs; another GPU gets the A100's (a conservative middle)."""
+
+
+def profile_for_graph(g: Graph) -> DeviceProfile:
+    """The device profile of the device a captured graph runs on (``g.meta["device"]``,
+    recorded by capture: ``{"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "dtype":
+    "bfloat16"}``); the CPU profile for graphs without one (Checkmate's, synthetic ones).
+
+    >>> from remat.graph.examples import cos_cos_graph
+    >>> profile_for_graph(cos_cos_graph()).name
+    'cpu'
+    """
+    device = (g.meta or {}).get("device") or {}
+    if device.get("type") != "cuda":
+        return PROFILES["cpu"]
+    kind = "half" if device.get("dtype") in ("bfloat16", "float16") else "float"
+    name = str(device.get("name", "")).upper()
+    for (gpu, k), profile in GPU_PROFILES.items():
+        if gpu in name and k == kind:
+            return profile
+    return GPU_PROFILES[("A100", kind)]
+
 
 @dataclass(frozen=True)
 class CostModel:
+    """``fused_memory``: the step runs through a fusing compiler (inductor), whose kernels keep
+    a fusible value read only by fused kernels in registers: such a value takes no memory
+    (:func:`memory_materialized`). Off, every computed value is allocated (op-by-op
+    execution, remat's ``eager`` compiler)."""
+
     device: DeviceProfile = PROFILES["cpu"]
+    fused_memory: bool = False
 
     def op_costs(self, g: Graph) -> list[float]:
         """Additive cost ``C_i`` of computing each node once (0 for primals and tangents)."""
@@ -118,6 +160,13 @@ def materialized(g: Graph) -> np.ndarray:
     return a.primal | a.is_output | a.backward_output | ~a.fusible | non_fusible_user
 
 
+def memory_materialized(g: Graph) -> np.ndarray:
+    """Values a fusing compiler writes to memory whatever the schedule: those of
+    :func:`materialized`, and reductions (a reduction kernel writes its result; small)."""
+    a = g._arrays
+    return materialized(g) | (a.category == _REDUCTION)
+
+
 def storage(g: Graph) -> tuple[list[int], list[int]]:
     """``(owner, nbytes)``: the node whose storage each value lives in, and the bytes each
     node's own storage holds. A view (``meta["alias_of"]``, set by capture) lives in its
@@ -145,8 +194,13 @@ def effective_bytes(g: Graph) -> list[int]:
     return storage(g)[1]
 
 
-def default_cost_model() -> CostModel:
-    return CostModel()
+def default_cost_model(g: Graph | None = None) -> CostModel:
+    """The cost model of the device ``g`` runs on (:func:`profile_for_graph`), with fused
+    memory when it runs through inductor (``g.meta["compiler"]``, recorded by capture); the
+    CPU's without a graph."""
+    if g is None:
+        return CostModel()
+    return CostModel(profile_for_graph(g), fused_memory=(g.meta or {}).get("compiler") == "inductor")
 
 
 def constant_bytes(g: Graph) -> int:

@@ -27,7 +27,7 @@ from ..capture.to_graph import graph_from_joint
 from ..errors import (InfeasibleBudgetError, RematBudgetWarning, RematError, RematFallbackWarning,
                       UnsupportedGraphError)
 from ..cost.model import constant_bytes
-from ..plans.budget import TORCH_HEADROOM, format_bytes
+from ..plans.budget import REFERENCE_SAVED, TORCH_HEADROOM, format_bytes
 from ..plans.step import StepBudget
 from ..solvers.cached import cached_solve
 from ..plans.plan import Plan
@@ -83,8 +83,9 @@ class RematPartitioner(CustomPartitionerFn):
         try:
             if not info(o.solver).runs_on_graphs:
                 return self._torch_baseline(gm, joint_inputs, backup, **kwargs)
+            reference = self._reference_saved(backup, joint_inputs, kwargs)
             joint = tc.prepare_joint(gm, num_fwd_outputs, static)
-            graph = graph_from_joint(joint, self.param_indices, name=self.graph_name)
+            graph = self._capture(joint, reference)
             plan = self._plan(graph)
             fw, bw = lower(joint, plan)
             self._report(plan)
@@ -104,6 +105,28 @@ class RematPartitioner(CustomPartitionerFn):
                     f"remat could not plan a graph ({reason}); using PyTorch's own partitioner for "
                     "it. Pass strict=True to raise instead.", RematFallbackWarning, stacklevel=2)
             return tc.torch_mincut(backup, joint_inputs, **kwargs)
+
+    @staticmethod
+    def _reference_saved(gm: fx.GraphModule, joint_inputs, kwargs) -> list[str] | None:
+        """What PyTorch's partition without recomputation saves (``default_partition``, on a
+        copy of the joint graph): the reference of a fractional budget
+        (:func:`remat.plans.budget.reference_peak`). None if it fails; the staged reference
+        stands then."""
+        try:
+            _, bw = tc.no_recompute(tc.copy_joint(gm), joint_inputs, **kwargs)
+            return tc.saved_from_backward(bw)
+        except Exception:  # noqa: BLE001 - a reference only: the planner goes on without it
+            return None
+
+    def _capture(self, joint, reference: list[str] | None):
+        """The Graph of a prepared joint graph; ``meta["compiler"]`` says how it will run
+        (inductor's fused kernels keep fusible values out of memory: the cost model's
+        ``fused_memory``), ``meta[REFERENCE_SAVED]`` what no recomputation saves."""
+        graph = graph_from_joint(joint, self.param_indices, name=self.graph_name)
+        graph.meta["compiler"] = self.options.compiler
+        if reference is not None:
+            graph.meta[REFERENCE_SAVED] = [s for s in reference if s in graph]
+        return graph
 
     def _plan(self, graph) -> Plan:
         """Plan ``graph`` within its share of the step's budget (:mod:`remat.plans.step`)."""
@@ -151,9 +174,10 @@ class RematPartitioner(CustomPartitionerFn):
     def _torch_baseline(self, gm, joint_inputs, backup, **kwargs):
         fw, bw = TORCH_PARTITIONERS[self.options.solver](gm, joint_inputs, **kwargs)
         if self.options.on_plan is not None:
+            reference = self._reference_saved(backup, joint_inputs, kwargs)
             joint = tc.prepare_joint(backup, kwargs["num_fwd_outputs"],
                                      kwargs.get("static_lifetime_input_indices"))
-            graph = graph_from_joint(joint, self.param_indices, name=self.graph_name)
+            graph = self._capture(joint, reference)
             saved = [s for s in tc.saved_from_backward(bw) if s in graph]
             plan = Plan.from_saved_set(graph, saved, solver=self.options.solver,
                                        cost=float(cut_cost(graph, saved))).judge()

@@ -37,6 +37,7 @@ import numpy as np
 from ..cost.model import constant_bytes
 from ..errors import BudgetError
 from ..graph.graph import Graph
+from .schedule import schedule_from_saved_set
 from .simulator import simulate
 from .stages import lifetime_matrix, schedule_from_rs, staged
 
@@ -126,18 +127,41 @@ class Budget:
             if self.kind == "fraction" else format_bytes(self.value)
 
 
+REFERENCE_SAVED = "reference_saved"
+"""``graph.meta[REFERENCE_SAVED]``: the saved set of PyTorch's partition without recomputation
+(``default_partition``), recorded at capture: the reference of a fractional budget."""
+
+
+def reference_saved(g: Graph) -> list[str] | None:
+    """The no-recomputation saved set capture recorded for ``g`` (names in ``g``), or None."""
+    saved = (g.meta or {}).get(REFERENCE_SAVED)
+    return None if saved is None else [s for s in saved if s in g]
+
+
 def _reference(g: Graph):
     def run(g: Graph):
+        saved = reference_saved(g)
+        if saved is not None:
+            sim = simulate(schedule_from_saved_set(g, saved))
+            if sim.valid:
+                return sim
         st = staged(g)
         return simulate(schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st)))
 
     return g._derived("reference_sim", run)
 
 
+def reference_name(g: Graph) -> str:
+    """The plan :func:`reference_peak` simulates: ``"no-recompute"`` or ``"checkpoint-all"``."""
+    return "no-recompute" if reference_saved(g) is not None else "checkpoint-all"
+
+
 def reference_peak(g: Graph) -> int:
-    """Peak of the step with no recomputation: every value is computed once, in the staged
-    order the budgeted solvers schedule in, and kept until its last reader (seeds/001's
-    checkpoint-all)."""
+    """Peak of the step with no recomputation. For a captured graph, PyTorch's own partition
+    without recomputation (``default_partition``, whose saved set capture records in
+    ``g.meta``), as torch.compile runs it: what a user measures as "no recomputation".
+    Otherwise every value computed once, in the staged order the budgeted solvers schedule
+    in, and kept until its last reader (seeds/001's checkpoint-all)."""
     return int(_reference(g).peak_bytes)
 
 

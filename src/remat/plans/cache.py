@@ -189,7 +189,7 @@ def cache_key(graph: Graph, solver: str, *, budget: Budget | str | float | None 
     docstring for what it covers). Raises :class:`Uncacheable` for an option with no JSON
     form, and :class:`~remat.errors.BudgetError` for a budget remat cannot read."""
     parsed = None if budget is None else Budget.parse(budget)
-    cm = cost_model or default_cost_model()
+    cm = cost_model or default_cost_model(graph)
     return _sha256({
         "format": CACHE_FORMAT, "version": CACHE_VERSION, "planner": planner_fingerprint(),
         "graph": graph_hash(graph), "solver": str(solver),
@@ -322,7 +322,7 @@ def _check(plan: Plan, graph: Graph, budget: float | None, cost_model: CostModel
     if any(_saved_value(graph[s.name]) != s for s in plan.saved):
         return "its saved values differ from the graph's"
     stored_peak = plan.peak_bytes
-    plan.judge(budget, cost_model or default_cost_model())
+    plan.judge(budget, cost_model or default_cost_model(graph))
     if plan.status == "invalid":
         return f"its schedule is not valid on the graph ({plan.message})"
     if not plan.feasible:

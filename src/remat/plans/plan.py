@@ -183,7 +183,7 @@ class Plan:
             self.feasible = False
             return self
         if sim is None:
-            sim = simulate(self.schedule(), cost_model or default_cost_model())
+            sim = simulate(self.schedule(), cost_model or default_cost_model(self.graph))
         self.sim = sim
         self.peak_bytes, self.compute_cost = int(sim.peak_bytes), float(sim.compute_cost)
         self.predicted_seconds, self.recomputes = float(sim.predicted_seconds), int(sim.recomputes)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost.model import CostModel, constant_bytes, default_cost_model, materialized, storage
+from ..cost.model import CostModel, constant_bytes, default_cost_model, materialized, memory_materialized, storage
 from ..errors import PlanError
 from ..graph.graph import Graph
 from .schedule import Schedule, kept_to_end, never_recomputed, required_nodes
@@ -63,11 +63,44 @@ class SimResult:
 _MAX_ERRORS = 20
 
 
+def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
+    """For each statement, whether its compute allocates memory under a fusing compiler
+    (``CostModel.fused_memory``): a value is held in memory only when its storage is
+    materialized (:func:`remat.cost.model.memory_materialized`: a kernel writes it) or when
+    the schedule carries it from one phase into the other (a saved value); a fusible value
+    read only by fused kernels of its own phase lives in registers."""
+    a = g._arrays
+    ins = g.input_indices
+    index = g._index
+    mat = memory_materialized(g).tolist()
+    smat = [False] * a.n
+    for i, m in enumerate(mat):
+        if m:
+            smat[owner[i]] = True
+    forward = a.forward.tolist()
+    primal = a.primal.tolist()
+    out = [False] * len(schedule.statements)
+    occurrence = [-1] * a.n  # the statement that computed each resident value
+    phase = [False] * a.n
+    backward = False
+    for k, st in enumerate(schedule.statements):
+        i = index.get(st.node)
+        if i is None or st.op != "compute":
+            continue
+        backward = backward or not forward[i]
+        for j in ins[i]:
+            if not primal[j] and occurrence[j] >= 0 and phase[j] != backward:
+                out[occurrence[j]] = True  # carried across the phases: saved
+        occurrence[i], phase[i] = k, backward
+        out[k] = out[k] or smat[owner[i]]
+    return out
+
+
 def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
              timeline: bool = True) -> SimResult:
     """Replay ``schedule`` on its graph; see the module docstring for the rules."""
     g: Graph = schedule.graph
-    cm = cost_model or default_cost_model()
+    cm = cost_model or default_cost_model(g)
     a = g._arrays
     ins = g.input_indices
     owner, sizes = storage(g)
@@ -108,6 +141,9 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         if len(errors) < _MAX_ERRORS:
             errors.append(msg)
 
+    allocates = _allocations(schedule, g, owner) if cm.fused_memory else None
+    counted = [True] * a.n  # the resident value holds a reference to its storage
+
     for k, st in enumerate(schedule.statements):
         i = index.get(st.node)
         if i is None:
@@ -129,9 +165,11 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 resident[i] = True
                 computed[i] = True
                 o = owner[i]
-                refs[o] += 1
-                if refs[o] == 1:
-                    mem += sizes[o]
+                counted[i] = allocates is None or allocates[k]
+                if counted[i]:
+                    refs[o] += 1
+                    if refs[o] == 1:
+                        mem += sizes[o]
                 n_computes += 1
                 compute_cost += op_cost[i]
                 backward = backward or not forward[i]
@@ -161,9 +199,10 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             else:
                 resident[i] = False
                 o = owner[i]
-                refs[o] -= 1
-                if refs[o] == 0:
-                    mem -= sizes[o]
+                if counted[i]:
+                    refs[o] -= 1
+                    if refs[o] == 0:
+                        mem -= sizes[o]
         else:
             err(f"statement {k}: unknown op {st.op!r}")
         if timeline:

@@ -28,6 +28,7 @@ from typing import Callable
 from ..cost.model import CostModel, default_cost_model
 from ..errors import RematError
 from ..graph.graph import Graph
+from ..plans.budget import reference_saved
 from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
@@ -62,7 +63,7 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
         return mincut(g, "conservative")
     t0 = time.perf_counter()
     clock = Deadline(time_limit)
-    cm = cost_model or default_cost_model()
+    cm = cost_model or default_cost_model(g)
     least = budget <= 0
     plans: list[Plan] = []
 
@@ -83,6 +84,9 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
     report(f"{g.name}: the fusion-aware frontier")
     points = _frontier_plans(g, cm, clock, attempt)
     attempt("mincut-aggressive", lambda: mincut(g, "aggressive"))
+    saved = reference_saved(g)
+    if saved is not None:  # the reference of a fraction: budget=1.0 always fits
+        attempt("no-recompute", lambda: Plan.from_saved_set(g, saved, solver="no-recompute"))
     if base.feasible and not least:
         better = [p for p in plans if p.feasible and p is not base
                   and p.predicted_seconds <= base.predicted_seconds and p.peak_bytes <= base.peak_bytes

@@ -42,7 +42,7 @@ def cached_solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | f
         check_options(solver, options, budget)  # an unknown option raises, hit or miss
         time_limit = check_time_limit(time_limit)
         t0 = time.perf_counter()
-        cm = cost_model or default_cost_model()
+        cm = cost_model or default_cost_model(graph)
         try:
             key = cache_key(graph, solver, budget=budget, cost_model=cm, time_limit=time_limit,
                             headroom=headroom, options=options)

@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from ..graph.graph import Graph
-from ..plans.budget import reference_peak
+from ..plans.budget import reference_name, reference_peak
 from ..plans.plan import Plan
 from ..plans.simulator import simulate
 from ..plans.stages import schedule_from_rs, solve_r, staged
@@ -60,7 +60,7 @@ def smallest_feasible(g: Graph, tried: Iterable[Plan] = (), *,
 
 
 def _cheapest_schedules(g: Graph, clock: Deadline) -> tuple[tuple[int, str], bool]:
-    best = (reference_peak(g), "checkpoint-all")  # the reference is checkpoint-all's schedule
+    best = (reference_peak(g), reference_name(g))  # the reference schedule is always feasible
 
     def run(name: str) -> None:
         nonlocal best

@@ -154,7 +154,7 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
         raise OptionError(f"solver {solver!r} is PyTorch's own partitioner: it runs on captured "
                           "PyTorch graphs (remat.compile / remat.plan on a model), not on a Graph")
     time_limit = check_time_limit(time_limit)
-    cm = cost_model or default_cost_model()
+    cm = cost_model or default_cost_model(graph)
     parsed = None if budget is None else Budget.parse(budget)
     asked = None if parsed is None else parsed.bytes_for(graph)
     limit = None if parsed is None else parsed.planned_bytes(graph, headroom)

@@ -110,7 +110,7 @@ class Prices:
 
 def prices(g: Graph, cost_model: CostModel | None = None) -> Prices:
     """The flow network of :mod:`.mincut` (aggressive bans lifted into prices, see above)."""
-    cm = cost_model or default_cost_model()
+    cm = cost_model or default_cost_model(g)
     return g._derived(("frontier_prices", cm.device), lambda g: _prices(g, cm))
 
 
