@@ -19,11 +19,23 @@ import argparse
 
 import torch
 
+from remat.zoo import registry
 from remat.zoo.cnn import ConvBN
 from remat.zoo.mlp import MLP
 from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 from remat.bench.budgeted import budgeted_step
 from remat.plans.budget import format_bytes as _fmt_bytes
+
+
+class LossOf(torch.nn.Module):
+    """A zoo model with its loss: ``forward(*inputs) -> scalar``."""
+
+    def __init__(self, model: torch.nn.Module, loss) -> None:
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, *inputs):
+        return self.loss(self.model(*inputs))
 
 
 def cases(dtype: torch.dtype) -> dict:
@@ -47,7 +59,8 @@ def main() -> None:
     ap.add_argument("--where", type=float, default=0.5)
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--models", default="mlp,cnn,cnn3,gpt2", help="of mlp,cnn,cnn2,cnn3,gpt2")
+    ap.add_argument("--models", default="mlp,cnn,cnn3,gpt2",
+                    help="of mlp,cnn,cnn2,cnn3,gpt2, or any zoo model (tiny): resnet18, unet, ...")
     ap.add_argument("--compiler", default="eager", choices=("eager", "inductor"))
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     args = ap.parse_args()
@@ -58,8 +71,13 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     table = cases(getattr(torch, args.dtype))
     for key in args.models.split(","):
-        name, model, inputs, solver = table[key]
-        model, inputs = model.to(args.device), tuple(t.to(args.device) for t in inputs)
+        if key in table:
+            name, model, inputs, solver = table[key]
+        else:  # a zoo model at its tiny size, e.g. resnet18, unet
+            case = registry.build(key, "tiny", dtype=getattr(torch, args.dtype))
+            name, model, inputs, solver = f"{key} tiny (zoo)", LossOf(case.model, case.loss), case.inputs, "auto"
+        model = model.to(args.device)
+        inputs = tuple(t.to(args.device) if isinstance(t, torch.Tensor) else t for t in inputs)
         r = budgeted_step(model, inputs, solver, args.where, time_limit=args.time_limit,
                           strict=False, device=args.device, compiler=args.compiler)
         ok = "yes" if r.measured_total <= r.budget else "**no**"

@@ -79,6 +79,7 @@ import torch  # noqa: E402
 import torch._dynamo.config as dynamo_config  # noqa: E402
 import torch._functorch.config as functorch_config  # noqa: E402
 import torch._functorch.partitioners as torch_partitioners  # noqa: E402
+import torch._inductor.config as inductor_config  # noqa: E402
 from torch import nn  # noqa: E402
 
 import remat  # noqa: E402
@@ -162,12 +163,15 @@ class ClassifierLoss(nn.Module):
         return nn.functional.cross_entropy(self.net(x), y)
 
 
-# name -> {size: (config)}; "quick" sizes are for the smoke run
+# name -> {size: (config)}; "quick" sizes are for the smoke run, "gpu" sizes for a GPU (the
+# issue's GPT-2 small and a Llama with Llama-3.2-1B's widths, batch 8 x 1024)
 SIZES = {
     # layers, width, heads, vocab, batch, seq
-    "gpt2": {"default": (4, 256, 4, 2048, 4, 128), "quick": (2, 128, 4, 1024, 4, 64)},
-    # layers, width, heads, kv heads, ff, vocab, batch, seq
-    "llama": {"default": (4, 256, 4, 2, 688, 2048, 4, 128), "quick": (2, 128, 4, 2, 344, 1024, 4, 64)},
+    "gpt2": {"default": (4, 256, 4, 2048, 4, 128), "quick": (2, 128, 4, 1024, 4, 64),
+             "gpu": (12, 768, 12, 50257, 8, 1024)},
+    # layers, width, heads, kv heads, ff, vocab, batch, seq[, tied embeddings]
+    "llama": {"default": (4, 256, 4, 2, 688, 2048, 4, 128), "quick": (2, 128, 4, 2, 344, 1024, 4, 64),
+              "gpu": (4, 2048, 32, 8, 8192, 128256, 8, 1024, True)},
     # enc layers, dec layers, d_model, heads, d_ff, vocab, batch, seq
     "t5": {"default": (2, 2, 256, 4, 1024, 2048, 4, 128), "quick": (1, 1, 128, 4, 512, 1024, 4, 64)},
     # channels, blocks, batch, image
@@ -201,12 +205,12 @@ def _build(name: str, cfg: tuple) -> Case:
     if name == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        layers, width, heads, kv, ff, vocab, b, seq = cfg
+        layers, width, heads, kv, ff, vocab, b, seq, *tied = cfg
         lm = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=ff,
                                           num_hidden_layers=layers, num_attention_heads=heads,
                                           num_key_value_heads=kv, max_position_embeddings=max(seq, 256),
                                           attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
-                                          pad_token_id=0))
+                                          pad_token_id=0, tie_word_embeddings=bool(tied and tied[0])))
         lm.loss_type = "ForCausalLM"
         return Case(name, f"Llama ({layers} x {width}, {heads} heads / {kv} kv, ff {ff}, vocab {vocab}), "
                           f"batch {b} x {seq}", LMLoss(lm), (torch.randint(0, vocab, (b, seq)),))
@@ -404,7 +408,7 @@ def run_variant(case: Case, method: str, budget: Any, args, reference: list, ref
 # -- one model ----------------------------------------------------------------------------------
 
 def run_model(name: str, args) -> tuple[Case, list[Row]]:
-    size = "quick" if args.quick else "default"
+    size = args.size
     case = build(name, size, getattr(torch, args.dtype), args.device)
     print(f"\n### {case.description}\n", flush=True)
     print(f"({sum(p.numel() for p in case.model.parameters()) / 1e6:.2f} M parameters)", flush=True)
@@ -421,19 +425,24 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
         v = run_variant(case, method, budget, args, reference, reference_graph)
         variants.append(v)
         r = v.row
+        if args.partial is not None:  # every row as it comes: a run cut short keeps what it measured
+            with open(args.partial, "a") as f:
+                f.write(json.dumps(asdict(r), default=str) + "\n")
         peak = f"{r.peak_bytes / MiB:.2f} MiB" if r.peak_bytes is not None else "-"
         print(f"  {method:>21} {r.budget:>5}: {r.status:<10} peak {peak:>11}  "
               f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
         return v
 
     base = add("no-recompute")
-    add("eager")
+    if "eager" not in args.skip:
+        add("eager")
     add("remat")
     for b in args.budgets:
         add("knob", b)
     for b in args.budgets:
         add("remat", b)
-    add("remat", "min")
+    if "min" not in args.skip:
+        add("remat", "min")
     ref_peak = base.row.peak_bytes
     grads = gradient_bytes(base.model) if base.model is not None and args.grads == "keep" else 0
 
@@ -692,8 +701,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--at-torch-peak", default="all", choices=("all", "infeasible", "none"),
                     help="run remat at the knob's measured fraction at every budget, only where remat's "
                          "own budget was infeasible, or never")
+    ap.add_argument("--size", default=None, choices=("default", "quick", "gpu"),
+                    help="model sizes (default: 'quick' with --quick, else 'default'); 'gpu': GPT-2 small "
+                         "and a Llama with Llama-3.2-1B's widths (4 of its 16 layers), batch 8 x 1024")
+    ap.add_argument("--skip", default="", help="comma-separated rows to leave out: eager, min")
+    ap.add_argument("--capture", action="store_true",
+                    help="only capture: write each model's graphs (remat JSON) and the saved sets of "
+                         "PyTorch's knob at each budget (plans JSON) under --out, for planning offline")
     ap.add_argument("--out", default="out/budgets_vs_torch")
     args = ap.parse_args(argv)
+    args.size = args.size or ("quick" if args.quick else "default")
+    args.skip = {x.strip() for x in args.skip.split(",") if x.strip()}
+    if args.skip - {"eager", "min"}:
+        ap.error(f"--skip takes eager and min, not {', '.join(sorted(args.skip - {'eager', 'min'}))}")
+    for m in (args.models.split(",") if args.models else []):
+        if m.strip() in SIZES and args.size not in SIZES[m.strip()]:
+            ap.error(f"model {m!r} has no size {args.size!r}; its sizes: {', '.join(SIZES[m.strip()])}")
     args.models = [m.strip() for m in args.models.split(",")] if args.models else \
         list(QUICK_MODELS if args.quick else DEFAULT_MODELS)
     args.budgets = _floats(args.budgets) if args.budgets else list(QUICK_BUDGETS if args.quick else DEFAULT_BUDGETS)
@@ -706,8 +729,14 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     dynamo_config.recompile_limit = 1024  # every method recompiles the same forward with its own backend
     dynamo_config.accumulated_recompile_limit = 1 << 16
+    # every compile plans afresh: no FX-graph or AOTAutograd cache answers for a partitioner
+    # (inductor's kernel caches may stay on, with TORCHINDUCTOR_FORCE_DISABLE_CACHES=0)
+    inductor_config.fx_graph_cache = False
+    functorch_config.enable_autograd_cache = False
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    args.partial = out / "rows.jsonl"
+    args.partial.write_text("")
     meta = {"command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
             "date": datetime.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__,
             "python": platform.python_version(), "remat_commit": _git_head(),
@@ -715,9 +744,13 @@ def main(argv: list[str] | None = None) -> int:
             + (f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
             "device": args.device, "compiler": args.compiler, "dtype": args.dtype, "grads": args.grads,
             "repeats": args.repeats, "budgets": args.budgets, "models": args.models,
-            "sizes": {m: SIZES[m]["quick" if args.quick else "default"] for m in args.models}}
+            "size": args.size, "sizes": {m: SIZES[m][args.size] for m in args.models}}
     print(f"torch {torch.__version__}, {meta['machine']}, compiler {args.compiler}, {args.dtype}, "
           f"device {args.device}, gradients {args.grads}, repeats {args.repeats}, budgets {args.budgets}", flush=True)
+    if args.capture:
+        for name in args.models:
+            capture(name, args, out)
+        return 0
     all_rows: list[dict] = []
     descriptions = {}
     t_start = time.perf_counter()
@@ -745,6 +778,26 @@ def main(argv: list[str] | None = None) -> int:
         (out / "results.json").write_text(json.dumps({"meta": meta, "rows": all_rows}, indent=1, default=str))
     print(f"\nwrote {out / 'results.json'} and pareto_*.png ({time.perf_counter() - t_start:.0f} s in all)")
     return 0
+
+
+def capture(name: str, args, out: Path) -> None:
+    """Write ``<name>_graph<k>.json`` (remat's graph JSON of each graph of the step) and
+    ``<name>_knob.json`` (the plans of PyTorch's partitioner under its knob at each budget)."""
+    from remat.graph.io import save_graph
+
+    case = build(name, args.size, getattr(torch, args.dtype), args.device)
+    plans_by_budget = {}
+    for b in [None] + list(args.budgets):
+        ctx = contextlib.nullcontext() if b is None else functorch_config.patch(
+            activation_memory_budget=float(b), activation_memory_budget_solver="dp")
+        with ctx:
+            plans = remat.plan_all(copy.deepcopy(case.model), *case.inputs, solver="torch-mincut", cache=False)
+        plans_by_budget["none" if b is None else f"{b:g}"] = [p.to_dict() for p in plans]
+        if b is None:
+            for k, p in enumerate(plans):
+                save_graph(p.graph, out / f"{name}_graph{k}.json")
+            print(f"{name}: {len(plans)} graph(s), {[len(p.graph) for p in plans]} nodes", flush=True)
+    (out / f"{name}_knob.json").write_text(json.dumps(plans_by_budget, default=str))
 
 
 def _git_head() -> str | None:
