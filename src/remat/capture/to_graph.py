@@ -301,8 +301,11 @@ def _recompute_region(node: fx.Node, category: str, saveable: bool, regions: _Re
     return not (reads_random and prefers_recompute_tag(node))
 
 
-def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name: str = "joint") -> Graph:
-    """Build a remat Graph from a prepared joint graph (:func:`remat.capture.joint.prepare_joint`).
+def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name: str = "joint",
+                     compiler: str = "inductor") -> Graph:
+    """Build a remat Graph from a prepared joint graph (:func:`remat.capture.joint.prepare_joint`)
+    that ``compiler`` (``"inductor"`` or remat's ``"eager"``) will run; ``meta["compiler"]``
+    records it (the cost model's fused memory) and it decides which ops' scratch is measured.
 
     Raises UnsupportedGraphError, naming the node, for graphs remat cannot plan.
     """
@@ -319,7 +322,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     # report a higher-order op itself before the get_attr nodes that hold its subgraphs
     for node in sorted(graph_nodes, key=lambda n: n.op != "call_function"):
         _check_supported(node)
-    workspace = measure_workspaces(graph_nodes)  # convolutions' scratch, on the real device
+    workspace = measure_workspaces(graph_nodes, compiler)  # convolutions' scratch, on the real device
     for node in graph_nodes:
         if node.op == "output":
             continue
@@ -365,7 +368,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             backward_output=role in ("forward", "input", "param") and node in bwd_out,
             meta=meta,
         ))
-    meta: dict = {"device": _device_info(joint, nodes)}
+    meta: dict = {"device": _device_info(joint, nodes), "compiler": compiler}
     if symbols:
         meta["dynamic"] = {"symbols": symbols}
     return Graph(nodes, name=name, meta=meta)
