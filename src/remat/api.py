@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Callable, Mapping
 
@@ -9,7 +10,7 @@ import torch
 
 from .errors import OptionError, RematBudgetWarning
 from .lower.backend import RematBackend
-from .lower.options import Options
+from .lower.options import COMPILERS, Options
 from .plans.plan import Plan
 from .solvers import DEFAULT_TIME_LIMIT
 
@@ -70,6 +71,14 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
                               compiler=compiler, solver_options=dict(solver_options or {}),
                               on_plan=on_plan, cache=cache, verbose=verbose)
+    return _compiled(model, settings, options=options, mode=mode, fullgraph=fullgraph, dynamic=dynamic,
+                     disable=disable)
+
+
+def _compiled(model: Callable, settings: Options, *, options: dict | None = None, mode: str | None = None,
+              fullgraph: bool = False, dynamic: bool | None = None, disable: bool = False):
+    """``torch.compile(model)`` with remat's backend for checked ``settings``, and the step's
+    budget hooks on a module."""
     label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__name__", "graph")
     params = model.parameters() if isinstance(model, torch.nn.Module) else ()
     model_bytes = sum(p.numel() * p.element_size() for p in params)
@@ -117,7 +126,8 @@ class _StepChecks:
 
 def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
          time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
-         solver_options: Mapping[str, Any] | None = None, cache: bool = True, **kwargs: Any) -> Plan:
+         solver_options: Mapping[str, Any] | None = None, cache: bool = True,
+         for_compiler: str = "inductor", **kwargs: Any) -> Plan:
     """Plan a model's training step without compiling kernels; returns the :class:`Plan` of
     its first graph (:func:`plan_all` returns one per graph).
 
@@ -125,7 +135,10 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
     Hugging Face's ``input_ids=..., labels=...`` go to the model), which must involve a tensor
     that requires grad. The graph is the joint forward+backward graph ``torch.compile`` would
     partition. ``solver``, ``budget``, ``time_limit``, ``strict``, ``solver_options`` and
-    ``cache`` (plans kept across runs) are remat's, as in :func:`compile`.
+    ``cache`` (plans kept across runs) are remat's, as in :func:`compile`; ``for_compiler`` is
+    the ``compiler`` of the :func:`compile` the plan is for (``"inductor"``, the default, whose
+    fused kernels keep fusible values out of memory, or ``"eager"``): the plan is the one that
+    call would make.
 
     >>> import torch, remat
     >>> def f1(a, b, c, d):
@@ -136,7 +149,8 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
     ['add_2']
     """
     plans = plan_all(model, *args, solver=solver, budget=budget, time_limit=time_limit,
-                     strict=strict, solver_options=solver_options, cache=cache, **kwargs)
+                     strict=strict, solver_options=solver_options, cache=cache,
+                     for_compiler=for_compiler, **kwargs)
     if len(plans) > 1:
         warnings.warn(f"the model has {len(plans)} graphs (graph breaks); returning the plan of "
                       "the first. Use remat.plan_all for all of them.", stacklevel=2)
@@ -146,12 +160,16 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
 def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
              time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
              solver_options: Mapping[str, Any] | None = None, cache: bool = True,
-             **kwargs: Any) -> list[Plan]:
+             for_compiler: str = "inductor", **kwargs: Any) -> list[Plan]:
     """Like :func:`plan`, but one Plan per captured graph (one per graph break + 1)."""
     plans: list[Plan] = []
-    compiled = compile(model, solver=solver, budget=budget, time_limit=time_limit, strict=strict,
-                       compiler="eager", solver_options=solver_options, cache=cache,
-                       on_plan=lambda g, p: plans.append(p))
+    if for_compiler not in COMPILERS:
+        raise OptionError(f"unknown compiler {for_compiler!r}; use one of {', '.join(COMPILERS)}")
+    settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
+                              compiler="eager", solver_options=dict(solver_options or {}), cache=cache,
+                              on_plan=lambda g, p: plans.append(p))
+    # captured without codegen (eager), planned for the compiler the user will run
+    compiled = _compiled(model, dataclasses.replace(settings, plans_for=for_compiler))
     torch._dynamo.reset()
     try:
         compiled(*args, **kwargs)

@@ -61,7 +61,7 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
     replaces ``where``."""
     reference = copy.deepcopy(model)
     scalar_loss(reference(*inputs)).backward()
-    g = remat_plan(copy.deepcopy(model), *inputs).graph
+    g = remat_plan(copy.deepcopy(model), *inputs, for_compiler=compiler).graph
     low, _ = smallest_feasible(g)
     high = reference_peak(g)
     if budget is None:

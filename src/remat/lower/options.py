@@ -36,6 +36,15 @@ class Options:
     on_plan: Callable[..., Any] | None = None
     cache: bool = True
     verbose: bool = False
+    plans_for: str | None = None
+    """The compiler the plans are made for, where it is not the one that runs: ``remat.plan``
+    runs ``eager`` to capture without codegen but plans for ``inductor`` (fused memory), as
+    ``remat.compile`` would. Not a user option."""
+
+    @property
+    def planned_compiler(self) -> str:
+        """The compiler the plans assume (its memory model): ``plans_for`` or ``compiler``."""
+        return self.plans_for or self.compiler
 
     @classmethod
     def create(cls, **kwargs: Any) -> "Options":
@@ -66,7 +75,8 @@ class Options:
         """What decides the plans (the callback does not): for compile caches."""
         opts = sorted(self.solver_options.items())
         budget = None if self.budget is None else (self.budget.kind, self.budget.value)
-        return f"{self.solver}|{budget}|{self.time_limit}|{self.strict}|{opts}|cache={self.cache}"
+        return (f"{self.solver}|{budget}|{self.time_limit}|{self.strict}|{opts}|cache={self.cache}"
+                f"|for={self.planned_compiler}")
 
 
 NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan", "cache",

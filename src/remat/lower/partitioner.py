@@ -122,8 +122,8 @@ class RematPartitioner(CustomPartitionerFn):
         """The Graph of a prepared joint graph; ``meta["compiler"]`` says how it will run
         (inductor's fused kernels keep fusible values out of memory: the cost model's
         ``fused_memory``), ``meta[REFERENCE_SAVED]`` what no recomputation saves."""
-        graph = graph_from_joint(joint, self.param_indices, name=self.graph_name)
-        graph.meta["compiler"] = self.options.compiler
+        graph = graph_from_joint(joint, self.param_indices, name=self.graph_name,
+                                 compiler=self.options.planned_compiler)
         if reference is not None:
             graph.meta[REFERENCE_SAVED] = [s for s in reference if s in graph]
         return graph
