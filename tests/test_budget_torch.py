@@ -46,7 +46,7 @@ def test_budgeted_step_matches_eager_and_stays_within_budget(name):
 
 def test_every_budget_bounds_the_peak_and_infeasible_budgets_state_the_smallest():
     model, inputs, _, _ = _cases()["mlp"]
-    g = remat.plan(copy.deepcopy(model), *inputs).graph
+    g = remat.plan(copy.deepcopy(model), *inputs, for_compiler="eager").graph
     low, how = smallest_feasible(g)
     high = reference_peak(g)
     peaks = []
@@ -68,7 +68,7 @@ def test_budgeted_compile_rejects_unknown_solvers_and_malformed_budgets():
 
 def _graph(name):
     model, inputs, _, _ = _cases()[name]
-    return remat.plan(copy.deepcopy(model), *inputs).graph
+    return remat.plan(copy.deepcopy(model), *inputs, for_compiler="eager").graph
 
 
 def test_baselines_recompute_what_batch_norm_backward_reads():

@@ -12,7 +12,9 @@ With a budget, in this order, each stage only if the ones before found nothing t
    A few max-flows: well under a second on 50k-node graphs;
 3. **schedules that recompute in stages**, which a saved set cannot express: the classic
    baselines (:data:`AUTO_BASELINES`), then Checkmate's MILP on graphs of at most
-   :data:`MILP_MAX_NODES` nodes, all within what is left of ``time_limit``.
+   :data:`MILP_MAX_NODES` nodes, all within what is left of ``time_limit``. Not for graphs
+   inductor compiles (:func:`staged_schedules_run_as_planned`): there ``auto`` keeps to saved
+   sets.
 
 When nothing fits, the plan of least peak is returned (every attempt in
 ``details["tried"]``) and :func:`remat.solvers.solve` raises
@@ -33,7 +35,7 @@ from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
 from .deadline import Deadline
-from .feasible import FIXED
+from .feasible import FIXED, staged_schedules_run_as_planned
 from .mincut import mincut
 from .mincut.frontier import frontier
 from .progress import report
@@ -93,7 +95,9 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
                   and (p.predicted_seconds, p.peak_bytes) < (base.predicted_seconds, base.peak_bytes)]
         return _done(min(better, key=_speed) if better else base, plans, t0, points)
     staged = Deadline(STAGED_SECONDS if clock.limit is None else min(clock.left(), STAGED_SECONDS))
-    if least or not any(p.feasible for p in plans):
+    if not staged_schedules_run_as_planned(cm):
+        report(f"{g.name}: no staged schedules under a fusing compiler (saved sets only)")
+    elif least or not any(p.feasible for p in plans):
         searching = [n for n in AUTO_BASELINES if n not in FIXED]
         for name in AUTO_BASELINES:
             if staged.expired():
@@ -105,7 +109,7 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
             attempt(name, lambda name=name, share=share: BASELINES[name](
                 g, limit or 0, cost_model=cm, time_limit=share))
     if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
-            and not staged.expired():
+            and not staged.expired() and staged_schedules_run_as_planned(cm):
         report(f"{g.name}: Checkmate's MILP")
         attempt("checkmate", lambda: checkmate(g, budget, time_limit=staged.left(), cost_model=cm,
                                                explain_infeasible=False))

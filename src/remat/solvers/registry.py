@@ -25,7 +25,7 @@ from ..errors import InfeasibleBudgetError, OptionError, PlanError
 from ..graph.graph import Graph
 from ..plans.budget import Budget, format_bytes
 from ..plans.plan import Plan
-from .feasible import smallest_feasible
+from .feasible import smallest_feasible, staged_schedules_run_as_planned
 
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds a solver may search, per graph, unless told otherwise (API, CLI and bench alike)."""
@@ -176,15 +176,17 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
             left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
             if "tried" in plan.details:  # auto searched already: the first points only
                 left = 0.0
-            raise infeasible(graph, plan, asked, limit, headroom, time_limit=left)
+            raise infeasible(graph, plan, asked, limit, headroom, time_limit=left,
+                             staged=solver != "auto" or staged_schedules_run_as_planned(cm))
     return plan
 
 
 def infeasible(g: Graph, plan: Plan, asked: int, limit: int, headroom: float, *,
-               time_limit: float | None = None) -> InfeasibleBudgetError:
+               time_limit: float | None = None, staged: bool = True) -> InfeasibleBudgetError:
     """The error for a budget nothing fits: why, and the smallest feasible budget found within
-    ``time_limit`` seconds."""
-    peak, how = smallest_feasible(g, [plan], time_limit=time_limit)
+    ``time_limit`` seconds (``staged``: staged schedules count; not where auto keeps to saved
+    sets)."""
+    peak, how = smallest_feasible(g, [plan], time_limit=time_limit, staged=staged)
     if headroom and limit < asked:
         peak = int(math.ceil(peak / (1.0 - headroom)))  # the budget that leaves the headroom free
     first = (plan.details.get("tried") or [vars(plan)])[0]  # auto: the MILP's reason first
