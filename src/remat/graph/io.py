@@ -19,6 +19,7 @@ appear in any order; they are sorted topologically on load. The graph object may
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -126,7 +127,8 @@ def save_graph(g: Graph, path: str | os.PathLike) -> None:
 
 
 def load_graph(path: str | os.PathLike) -> Graph:
-    """Read a graph file: remat's format or a Checkmate/Moccasin node-link graph.
+    """Read a graph file: remat's format or a Checkmate/Moccasin node-link graph, gzipped
+    when its name ends in ``.gz``.
 
     >>> import tempfile, os
     >>> from remat.graph.examples import cos_cos_graph
@@ -138,12 +140,12 @@ def load_graph(path: str | os.PathLike) -> Graph:
     if not p.exists():
         raise GraphError(f"{p}: no such file")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
     except json.JSONDecodeError as e:
         raise GraphError(f"{p}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except UnicodeDecodeError as e:
         raise GraphError(f"{p}: not a JSON text file (not UTF-8: {e.reason} at byte {e.start})") from None
-    except OSError as e:
+    except (OSError, EOFError) as e:
         raise GraphError(f"{p}: cannot read graph file ({e.strerror or e})") from None
     return graph_from_dict(data, str(p))
 
