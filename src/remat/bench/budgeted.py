@@ -23,6 +23,7 @@ import torch
 from ..api import compile as remat_compile
 from ..api import plan as remat_plan
 from ..plans.budget import reference_peak
+from ..solvers import solve
 from ..solvers.feasible import smallest_feasible
 from ..plans.simulator import SimResult, simulate
 from .measure import gradient_bytes, peak_memory
@@ -62,7 +63,10 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
     reference = copy.deepcopy(model)
     scalar_loss(reference(*inputs)).backward()
     g = remat_plan(copy.deepcopy(model), *inputs, for_compiler=compiler).graph
-    low, _ = smallest_feasible(g)
+    if solver == "auto":  # what auto reaches for this compiler (under inductor: saved sets)
+        low = solve(g, "auto", budget="min", time_limit=time_limit).peak_bytes
+    else:
+        low, _ = smallest_feasible(g)
     high = reference_peak(g)
     if budget is None:
         budget = int(low + where * (high - low))
