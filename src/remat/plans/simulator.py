@@ -68,7 +68,12 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
     (``CostModel.fused_memory``): a value is held in memory only when its storage is
     materialized (:func:`remat.cost.model.memory_materialized`: a kernel writes it) or when
     the schedule carries it from one phase into the other (a saved value); a fusible value
-    read only by fused kernels of its own phase lives in registers."""
+    read only by fused kernels of its own phase lives in registers. A forward value recomputed
+    in the backward is counted written: inductor's scheduler runs recomputations early in the
+    backward and fuses them with kernels other than their readers, so they cannot be assumed
+    to stay in registers (with them in registers, predictions of plans that recompute much fell
+    to 0.69-0.76 of the measured peak on CPU and on an H100; counted, every plan measured was at
+    most 1.14x its prediction on the CPU: BENCHMARKS.md)."""
     a = g._arrays
     ins = g.input_indices
     index = g._index
@@ -92,7 +97,7 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
             if not primal[j] and occurrence[j] >= 0 and phase[j] != backward:
                 out[occurrence[j]] = True  # carried across the phases: saved
         occurrence[i], phase[i] = k, backward
-        out[k] = out[k] or smat[owner[i]]
+        out[k] = out[k] or smat[owner[i]] or (backward and forward[i])
     return out
 
 
