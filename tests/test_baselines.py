@@ -268,3 +268,16 @@ def test_smallest_feasible_keeps_to_a_time_limit_and_keeps_only_complete_answers
     full, how = smallest_feasible(g)
     assert "time limit" not in how and full <= quick
     assert g._memo["smallest_feasible"] == (full, how)
+
+
+@pytest.mark.parametrize("name", ["checkpoint-all", "chen-sqrtn", "chen-greedy", "griewank"])
+def test_budget_min_gives_a_baseline_s_least_peak(name):
+    """``budget="min"`` asks a baseline for its least peak: that plan is the answer (it raised
+    InfeasibleBudgetError naming that very peak, the baseline having been asked for 0 bytes)."""
+    from remat.graph.synthetic import synthetic_joint_graph
+    from remat.solvers import solve
+
+    g = synthetic_joint_graph(120)
+    p = solve(g, name, budget="min", time_limit=5)
+    assert p.feasible and p.status == "feasible"
+    assert p.peak_bytes == BASELINES[name](g, 0).peak_bytes == p.options["budget_bytes"]

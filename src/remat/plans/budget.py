@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost.model import constant_bytes
+from ..cost.model import constant_bytes, default_cost_model
 from ..errors import BudgetError
 from ..graph.graph import Graph
 from .schedule import schedule_from_saved_set
@@ -139,16 +139,20 @@ def reference_saved(g: Graph) -> list[str] | None:
 
 
 def _reference(g: Graph):
+    saved = reference_saved(g)
+    cm = default_cost_model(g)
+
     def run(g: Graph):
-        saved = reference_saved(g)
         if saved is not None:
-            sim = simulate(schedule_from_saved_set(g, saved))
+            sim = simulate(schedule_from_saved_set(g, saved), cm)
             if sim.valid:
                 return sim
         st = staged(g)
-        return simulate(schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st)))
+        return simulate(schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st)), cm)
 
-    return g._derived("reference_sim", run)
+    # keyed by what graph.meta decides (the recorded saved set, the compiler's memory model),
+    # which capture and callers may set after other derived values were memoized
+    return g._derived(("reference_sim", cm, None if saved is None else tuple(saved)), run)
 
 
 def reference_name(g: Graph) -> str:

@@ -99,7 +99,8 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
                   and p.predicted_seconds <= base.predicted_seconds * (1 - CLEARLY_FASTER)]
         return _done(min(better, key=_speed) if better else base, plans, t0, points)
     staged = Deadline(STAGED_SECONDS if clock.limit is None else min(clock.left(), STAGED_SECONDS))
-    if not staged_schedules_run_as_planned(cm):
+    runs_staged = staged_schedules_run_as_planned(cm)
+    if (least or not any(p.feasible for p in plans)) and not runs_staged:
         report(f"{g.name}: no staged schedules under a fusing compiler (saved sets only)")
     elif least or not any(p.feasible for p in plans):
         searching = [n for n in AUTO_BASELINES if n not in FIXED]
@@ -113,7 +114,7 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
             attempt(name, lambda name=name, share=share: BASELINES[name](
                 g, limit or 0, cost_model=cm, time_limit=share))
     if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
-            and not staged.expired() and staged_schedules_run_as_planned(cm):
+            and not staged.expired() and runs_staged:
         report(f"{g.name}: Checkmate's MILP")
         attempt("checkmate", lambda: checkmate(g, budget, time_limit=staged.left(), cost_model=cm,
                                                explain_infeasible=False))

@@ -24,7 +24,7 @@ from ..cost.model import CostModel, constant_bytes, default_cost_model
 from ..errors import InfeasibleBudgetError, OptionError, PlanError
 from ..graph.graph import Graph
 from ..plans.budget import Budget, format_bytes
-from ..plans.plan import Plan
+from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .feasible import smallest_feasible, staged_schedules_run_as_planned
 
 DEFAULT_TIME_LIMIT = 60.0
@@ -163,6 +163,8 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
     if parsed is not None and parsed.kind == "min" and plan.peak_bytes is not None \
             and plan.status != "invalid":
         asked = limit = plan.peak_bytes  # the least peak found is the budget asked for
+        if plan.status not in FEASIBLE_STATUSES:  # asked for 0 bytes, it said so at its least peak
+            plan.details["solver_status"], plan.status = plan.status, "feasible"
     if plan.statements is not None and (plan.sim is None or plan.budget != limit):
         # the ensures of every solver: valid, and within the budget (a plan the simulator
         # already judged against this budget, as judged() does, is not replayed again)
