@@ -39,8 +39,9 @@ def staged_schedules_run_as_planned(cm: CostModel) -> bool:
     horizontally and runs them early in the backward, where they are all alive at once
     (``benchmarks/budget_torch.py --compiler inductor``: Checkmate's plan of a CNN measured
     1.56x its predicted peak above the step's start, 4.90 MiB against a budget of 4.20 MiB;
-    through the eager compiler the same solvers' plans measured their prediction to 0.1%), so ``auto`` keeps to saved sets there, which recompute each value once,
-    as PyTorch's own partitioner does."""
+    through the eager compiler the same solvers' plans measured their prediction to 0.1%), so
+    ``auto`` keeps to saved sets there, which recompute each value once, as PyTorch's own
+    partitioner does."""
     return not cm.fused_memory
 
 
