@@ -10,6 +10,7 @@ dynamo lets through (:func:`surfaced`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from typing import Any
@@ -21,7 +22,7 @@ from torch._dynamo.backends.registry import _BACKENDS
 from torch._dynamo.backends.registry import register_backend as reg
 from torch._dynamo.exc import ShortenTraceback
 from torch._guards import detect_fake_mode
-from torch._inductor.compile_fx import compile_fx, partition_fn
+from torch._inductor.compile_fx import compile_fx, compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
 from torch._inductor.virtualized import V
 
@@ -29,6 +30,7 @@ from ..errors import OptionError, RematError
 from .options import NAMES, Options
 from ..plans.step import StepBudget
 from .partitioner import RematPartitioner
+from .plan_order import in_plan_order
 
 _TAKES_OVERRIDE = "partitioner_fn_override" in inspect.signature(partition_fn).parameters
 """torch >= 2.12 takes the partitioner per call; before, it is read from inductor's config."""
@@ -64,9 +66,19 @@ class RematBackend:
         try:
             if self.options.compiler == "eager":
                 return _eager_compile(gm, example_inputs, part)
-            return compile_fx(gm, example_inputs, config_patches={**patches, "custom_partitioner_fn": part})
+            return compile_fx(gm, example_inputs, inner_compile=functools.partial(_compile_graph, part),
+                              config_patches={**patches, "custom_partitioner_fn": part})
         except RematError as e:
             raise surfaced(e) from e.__cause__
+
+
+def _compile_graph(part: RematPartitioner, gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """Inductor's compilation of the forward or backward module ``part`` made, with fusion kept
+    to the plan's order where the plan has a budget to keep (:mod:`remat.lower.plan_order`)."""
+    if not part.keeps_order:
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+    with in_plan_order():
+        return compile_fx_inner(gm, example_inputs, **kwargs)
 
 
 def remat_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
