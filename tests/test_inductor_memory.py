@@ -22,7 +22,7 @@ from remat.graph.examples import cos_cos_graph
 from remat.graph.graph import Graph, Node
 from remat.graph.io import graph_to_dict, load_graph
 from remat.plans.budget import reference_name, reference_peak, reference_saved
-from remat.plans.schedule import schedule_from_saved_set
+from remat.plans.schedule import Schedule, schedule_from_saved_set
 from remat.plans.simulator import simulate
 from remat.solvers import solve
 from remat.solvers.baselines import BASELINES
@@ -50,11 +50,39 @@ def test_fused_memory_counts_what_a_kernel_writes_and_what_crosses_into_the_back
     # fused: add, add_1 and cos live in registers; the inputs, the saved add_2 and the output
     # cos_1 are written
     assert _forward_peak(g, ["add_2"], fused=True) == 6 * W
-    # the backward's forward-role values (cos again, sin, neg) are counted written: inductor
-    # runs recomputations early, away from their readers
-    assert fused.peak_bytes == eager.peak_bytes == 9 * W
+    # the backward computes cos again: a recomputation is counted written (inductor runs
+    # recomputations away from their readers); sin and neg, forward-role values the backward
+    # computes first, fuse into the gradient's kernel like any backward value
+    assert eager.peak_bytes == 9 * W
+    assert fused.peak_bytes == 8 * W
     # a saved value is written whatever fuses around it
     assert _forward_peak(g, ["add_2", "cos"], fused=True) == 7 * W
+
+
+def test_a_fused_kernel_writes_into_an_input_that_dies_there():
+    """Inductor's ``inplace_buffers``: ``b = relu(a)`` writes into ``a``'s storage when ``b`` is
+    ``a``'s last reader and has its size, so the two are never allocated together; op by op
+    they are. (PyTorch's no-recompute partition of Llama and Qwen2 under CPU inductor measured
+    within 0.01% of the prediction with this rule and with forward-role values the backward
+    computes first kept in registers; 11% below it before.)"""
+    def t(name, op, inputs, category, role="forward", nbytes=W, **kw):
+        return Node(name, op, tuple(inputs), role=role, bytes=nbytes, category=category, **kw)
+
+    g = Graph([
+        t("x", "placeholder", (), "input", role="input"),
+        t("w", "placeholder", (), "input", role="param"),
+        t("a", "mm", ("x", "w"), "compute"),
+        t("b", "relu", ("a",), "pointwise"),
+        t("c", "mm", ("b", "w"), "compute", nbytes=16, is_output=True),
+    ], name="in_place")
+    s = Schedule.from_list(g, [("compute", "a"), ("compute", "b"), ("free", "a"), ("compute", "c"),
+                               ("free", "b")])
+    assert simulate(s, CostModel(fused_memory=False)).peak_bytes == 4 * W
+    assert simulate(s, CostModel(fused_memory=True)).peak_bytes == 3 * W + 16
+    # not when the input is still read later: b then needs storage of its own
+    late = Schedule.from_list(g, [("compute", "a"), ("compute", "b"), ("compute", "c"), ("free", "a"),
+                                  ("free", "b")])
+    assert simulate(late, CostModel(fused_memory=True)).peak_bytes == 4 * W + 16
 
 
 def _view_graph() -> Graph:

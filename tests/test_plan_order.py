@@ -44,13 +44,13 @@ def test_near_kernels_fuse_as_inductor_decides_and_far_ones_only_away_from_the_p
     handler = PlanOrderChoices(base, near=3)
     scheduler = object()
     assert handler.can_fuse(scheduler, _Node(4), _Node(7), 1) and base.asked == 1
-    handler._memory[id(scheduler)] = _Fits(False)  # the fusion spans the peak
+    handler._memory[id(scheduler)] = (scheduler, _Fits(False))  # the fusion spans the peak
     assert not handler.can_fuse(scheduler, _Node(4), _Node(8), 1)
     assert not handler.can_fuse(scheduler, _Node(20, 30), _Node(2), 1)  # a group spanning far
     assert base.asked == 1 and handler.vetoed == 2
-    handler._memory[id(scheduler)] = _Fits(True)  # away from the peak
+    handler._memory[id(scheduler)] = (scheduler, _Fits(True))  # away from the peak
     assert handler.can_fuse(scheduler, _Node(4), _Node(40), 1) and base.asked == 2
-    handler._memory[id(scheduler)] = None  # no estimate: only near kernels fuse
+    handler._memory[id(scheduler)] = (scheduler, None)  # no estimate: only near kernels fuse
     assert not handler.can_fuse(scheduler, _Node(4), _Node(8), 1)
     assert handler.other_heuristic() == "base's"  # everything else is the installed handler's
 

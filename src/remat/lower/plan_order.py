@@ -93,19 +93,22 @@ class PlanOrderChoices:
         self.base = base
         self.near = near
         self.vetoed = 0
-        self._memory: dict[int, _Memory | None] = {}
+        self._memory: dict[int, tuple[Any, _Memory | None]] = {}  # id -> (scheduler, its estimate)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)
 
     def memory(self, scheduler: Any) -> _Memory | None:
+        """The estimate for ``scheduler``, made at its first far fusion (before any fusion
+        has been decided; the scheduler is held, so its id is not reused)."""
         key = id(scheduler)
         if key not in self._memory:
             try:
-                self._memory[key] = _Memory(scheduler)
+                estimate = _Memory(scheduler)
             except Exception:  # noqa: BLE001 - without an estimate, only near kernels fuse
-                self._memory[key] = None
-        return self._memory[key]
+                estimate = None
+            self._memory[key] = (scheduler, estimate)
+        return self._memory[key][1]
 
     def can_fuse(self, scheduler: Any, node1: Any, node2: Any, shared_data_score: int) -> bool:
         if distance(node1, node2) > self.near:

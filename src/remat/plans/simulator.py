@@ -7,6 +7,11 @@ freed and that every required node is computed. It returns the peak memory, the 
 timeline (bytes resident after each statement, as seeds/001's U), and the predicted time
 under the cost model (:mod:`remat.cost.model`).
 
+Under a fusing compiler (``CostModel.fused_memory``) a value fused kernels keep in registers
+takes no memory (:func:`_allocations`), and a kernel that reads an input for the last time
+writes its output into that input's storage when both have the same size (inductor's
+``inplace_buffers``): the two are not allocated together.
+
 Memory counts the inputs and parameters (resident throughout, Checkmate's constant
 overhead) plus every computed value until it is freed; a view shares its base's storage,
 which stays allocated while either is resident (:func:`remat.cost.model.storage`); a value is counted from the moment
@@ -69,14 +74,14 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
     (``CostModel.fused_memory``): a value is held in memory only when its storage is
     materialized (:func:`remat.cost.model.memory_materialized`: a kernel writes it) or when
     the schedule carries it from one phase into the other (a saved value); a fusible value
-    read only by fused kernels of its own phase lives in registers. A forward value recomputed
-    in the backward is counted written: inductor's scheduler runs recomputations early in the
-    backward and fuses them with kernels other than their readers, so they cannot be assumed
-    to stay in registers (with them in registers, remat's 0.6 on GPT-2 quick under CPU inductor
-    measured 0.65 of the activation memory over a prediction of 0.57, and PyTorch's knob at 0.4
-    on an H100 0.76x its prediction; counted, every row of ``budgets_vs_torch.py --quick
-    --compiler inductor`` is predicted within 0.05. Not a bound: a Qwen2 plan measured 22% over
-    it, inductor's order, not its fusion: BENCHMARKS.md)."""
+    read only by fused kernels of its own phase lives in registers. A recomputation (a forward
+    value the backward computes again) is counted written: even with fusion kept to the plan's
+    order (:mod:`remat.lower.plan_order`), plans that recompute much measured 1.18-1.39x their
+    prediction with recomputations in registers (GPT-2, Llama, Qwen2 quick, CPU inductor), and
+    0.94-1.01x counted. A forward-role value the backward computes first (the one-hot of a
+    cross-entropy's labels) is fused like any backward value: counting it written put PyTorch's
+    no-recompute partition of Llama 11% above its measured peak; in registers, with in-place
+    writes (:func:`simulate`), within 0.01%."""
     a = g._arrays
     ins = g.input_indices
     index = g._index
@@ -90,6 +95,7 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
     out = [False] * len(schedule.statements)
     occurrence = [-1] * a.n  # the statement that computed each resident value
     phase = [False] * a.n
+    in_forward = [False] * a.n  # computed in the forward phase
     backward = False
     for k, st in enumerate(schedule.statements):
         i = index.get(st.node)
@@ -100,7 +106,21 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
             if not primal[j] and occurrence[j] >= 0 and phase[j] != backward:
                 out[occurrence[j]] = True  # carried across the phases: saved
         occurrence[i], phase[i] = k, backward
-        out[k] = out[k] or smat[owner[i]] or (backward and forward[i])
+        in_forward[i] = in_forward[i] or not backward
+        out[k] = out[k] or smat[owner[i]] or (backward and in_forward[i])
+    return out
+
+
+def _dying(schedule: Schedule, index: dict[str, int]) -> list[list[int]]:
+    """For each statement, the values the frees right after it (before the next compute)
+    release: those a compute there reads last."""
+    out: list[list[int]] = [[] for _ in schedule.statements]
+    last = -1
+    for k, st in enumerate(schedule.statements):
+        if st.op == "compute":
+            last = k
+        elif st.op == "free" and last >= 0 and st.node in index:
+            out[last].append(index[st.node])
     return out
 
 
@@ -149,8 +169,22 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         if len(errors) < _MAX_ERRORS:
             errors.append(msg)
 
+    def _donor(i: int, k: int) -> int:
+        """An input of ``i`` whose storage ``i`` can write into: it dies at statement ``k``,
+        holds its storage alone and has ``i``'s size; -1 if none."""
+        for j in dying[k]:
+            oj = owner[j]
+            if donor_ok[j] and counted[j] and resident[j] and refs[oj] == 1 and sizes[oj] == sizes[i] \
+                    and j in ins[i]:
+                return j
+        return -1
+
     allocates = _allocations(schedule, g, owner) if cm.fused_memory else None
     counted = [True] * a.n  # the resident value holds a reference to its storage
+    # a fused kernel writes its output into an input of the same size it reads last
+    # (inductor's inplace_buffers): the output takes that storage over
+    dying = _dying(schedule, index) if cm.fused_memory else None
+    donor_ok = [not primal[i] and n.role != "tangent" for i, n in enumerate(g.nodes)]
 
     for k, st in enumerate(schedule.statements):
         i = index.get(st.node)
@@ -175,8 +209,13 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 o = owner[i]
                 counted[i] = allocates is None or allocates[k]
                 if counted[i]:
+                    donor = _donor(i, k) if dying is not None and o == i and fusible[i] and \
+                        not (backward and forward[i]) else -1
                     refs[o] += 1
-                    if refs[o] == 1:
+                    if donor >= 0:  # i's storage is the donor's: nothing new is allocated
+                        counted[donor] = False
+                        refs[owner[donor]] -= 1
+                    elif refs[o] == 1:
                         mem += sizes[o]
                 n_computes += 1
                 compute_cost += op_cost[i]
