@@ -85,7 +85,8 @@ class _Block(nn.Module):
 class _Stack(nn.Module):
     """Llama's MLP half, 4 blocks: a budget recomputes the RMS norms, and inductor, left alone,
     fuses a block's recomputed norm with the next block's norm backward (both read the residual
-    stream): measured 1.36x the plan's prediction (1,119,496 bytes against 820,996)."""
+    stream): measured 1.42x the plan's prediction (1,119,496 bytes against 788,228); kept to the
+    plan's order, 790,024."""
 
     def __init__(self, d: int = 64, h: int = 128, layers: int = 4) -> None:
         super().__init__()
