@@ -24,6 +24,7 @@ from remat.zoo.cnn import ConvBN
 from remat.zoo.mlp import MLP
 from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 from remat.bench.budgeted import budgeted_step
+from remat.errors import InfeasibleBudgetError
 from remat.plans.budget import format_bytes as _fmt_bytes
 
 
@@ -78,8 +79,12 @@ def main() -> None:
             name, model, inputs, solver = f"{key} tiny (zoo)", LossOf(case.model, case.loss), case.inputs, "auto"
         model = model.to(args.device)
         inputs = tuple(t.to(args.device) if isinstance(t, torch.Tensor) else t for t in inputs)
-        r = budgeted_step(model, inputs, solver, args.where, time_limit=args.time_limit,
-                          strict=False, device=args.device, compiler=args.compiler)
+        try:
+            r = budgeted_step(model, inputs, solver, args.where, time_limit=args.time_limit,
+                              strict=False, device=args.device, compiler=args.compiler)
+        except InfeasibleBudgetError as e:  # the solver named cannot reach what auto reaches
+            print(f"| {name} | {solver} | - | infeasible: {str(e)[:160]} | - | - | - | - | - | - |", flush=True)
+            continue
         ok = "yes" if r.measured_total <= r.budget else "**no**"
         print(f"| {name} | {r.plan.solver} ({r.plan.status}) | {_fmt_bytes(r.low)} - "
               f"{_fmt_bytes(r.high)} | {_fmt_bytes(r.budget)} "
