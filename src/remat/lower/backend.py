@@ -30,7 +30,7 @@ from ..errors import OptionError, RematError
 from .options import NAMES, Options
 from ..plans.step import StepBudget
 from .partitioner import RematPartitioner
-from .plan_order import in_plan_order
+from .plan_order import SplitLateAddmm, in_plan_order
 
 _TAKES_OVERRIDE = "partitioner_fn_override" in inspect.signature(partition_fn).parameters
 """torch >= 2.12 takes the partitioner per call; before, it is read from inductor's config."""
@@ -77,7 +77,8 @@ def _compile_graph(part: RematPartitioner, gm: torch.fx.GraphModule, example_inp
     to the plan's order where the plan has a budget to keep (:mod:`remat.lower.plan_order`)."""
     if not part.keeps_order:
         return compile_fx_inner(gm, example_inputs, **kwargs)
-    with in_plan_order():
+    split = SplitLateAddmm(inductor_config.post_grad_custom_post_pass)
+    with in_plan_order(), inductor_config.patch(post_grad_custom_post_pass=split):
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
 
