@@ -1,0 +1,99 @@
+"""What keeping inductor to a budgeted plan's order (``remat.lower.plan_order``) costs and saves.
+
+For each model and budget, two copies of the same model and inputs compiled with
+``remat.compile(model, budget=B)`` under inductor: ``plan order`` as remat ships it (fusions
+that could move work across the plan's peak vetoed, late ``addmm`` fusions split back), and
+``inductor's order`` with both left out (inductor fuses as it would on its own). Measured:
+peak above the step's start (profiler allocation records on a CPU, the CUDA allocator on a
+GPU), the plan's predicted peak, the fraction of PyTorch's no-recompute measured peak, and
+step-time medians from one alternating loop (``remat.bench.measure.step_time``).
+
+    PYTHONPATH=src python benchmarks/plan_order.py [--models qwen2,llama,t5] [--budgets 0.6,min]
+        [--repeats 10] [--device cpu]
+
+Models and sizes are ``budgets_vs_torch.py``'s ``quick`` ones.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+os.environ["REMAT_CACHE_DIR"] = "off"
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch._dynamo.config as dynamo_config  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import budgets_vs_torch as bvt  # noqa: E402
+
+import remat  # noqa: E402
+import remat.lower.backend as backend  # noqa: E402
+from remat.bench.measure import peak_memory, step_time  # noqa: E402
+from remat.errors import InfeasibleBudgetError  # noqa: E402
+from remat.plans.budget import resident_bytes  # noqa: E402
+
+
+@contextlib.contextmanager
+def _inductor_order():
+    """Compile as inductor would on its own: no fusion veto, no addmm split."""
+    saved = backend.in_plan_order, backend.SplitLateAddmm
+    backend.in_plan_order = lambda: contextlib.nullcontext()
+    backend.SplitLateAddmm = lambda chained: chained
+    try:
+        yield
+    finally:
+        backend.in_plan_order, backend.SplitLateAddmm = saved
+
+
+def _variant(name: str, budget, device: str, inductor_order: bool):
+    case = bvt.build(name, "quick", torch.float32, device)
+    plans = []
+    fn = remat.compile(case.model, solver="auto" if budget is not None else "no-recompute", budget=budget,
+                       cache=False, on_plan=lambda g, p: plans.append(p))
+    step = bvt.make_step(fn, case.model, case.inputs, "keep")
+    with _inductor_order() if inductor_order else contextlib.nullcontext():
+        step()  # compiles the forward and the backward
+    peak = peak_memory(step, device, warmup=1, timeline=False).peak_bytes
+    predicted = sum(p.peak_bytes - resident_bytes(p.graph) for p in plans)
+    return step, peak, predicted
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="qwen2,llama,t5")
+    ap.add_argument("--budgets", default="0.6")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    dynamo_config.recompile_limit = 64
+    print(f"torch {torch.__version__}, {args.device}, 1 thread, inductor")
+    print("| model | budget | order | measured peak (B) | predicted (B) | measured / predicted | "
+          "fraction of no-recompute | step ms (median) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        _, reference, _ = _variant(name, None, args.device, False)
+        for b in args.budgets.split(","):
+            budget = b if b == "min" else float(b)
+            try:
+                runs = {label: _variant(name, budget, args.device, off)
+                        for label, off in (("plan order", False), ("inductor's order", True))}
+            except InfeasibleBudgetError as e:
+                print(f"| {name} | {budget} | - | infeasible (smallest feasible {e.smallest_feasible}) "
+                      f"| | | | |", flush=True)
+                continue
+            times = step_time({k: v[0] for k, v in runs.items()}, repeats=args.repeats, warmup=2,
+                              device=args.device)
+            for label, (_, peak, predicted) in runs.items():
+                print(f"| {name} | {budget} | {label} | {peak:,} | {predicted:,} | {peak / predicted:.2f} | "
+                      f"{peak / reference:.2f} | {times[label].median_s * 1e3:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
