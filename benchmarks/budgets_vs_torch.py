@@ -174,6 +174,8 @@ SIZES = {
               "gpu": (4, 2048, 32, 8, 8192, 128256, 8, 1024, True)},
     # layers, width, heads, kv heads, ff, vocab, batch, seq (the Qwen2 user trial of BENCHMARKS.md)
     "qwen2": {"default": (4, 256, 4, 2, 768, 2048, 4, 128), "quick": (3, 128, 4, 2, 384, 1024, 4, 64)},
+    # the same, Mistral with a sliding window of a quarter of the sequence
+    "mistral": {"default": (4, 256, 4, 2, 768, 2048, 4, 128), "quick": (3, 128, 4, 2, 384, 1024, 4, 64)},
     # enc layers, dec layers, d_model, heads, d_ff, vocab, batch, seq
     "t5": {"default": (2, 2, 256, 4, 1024, 2048, 4, 128), "quick": (1, 1, 128, 4, 512, 1024, 4, 64)},
     # channels, blocks, batch, image
@@ -204,18 +206,22 @@ def _build(name: str, cfg: tuple) -> Case:
         lm.loss_type = "ForCausalLM"  # otherwise the loss breaks the graph
         return Case(name, f"GPT-2 ({layers} x {width}, {heads} heads, vocab {vocab}), batch {b} x {seq}",
                     LMLoss(lm), (torch.randint(0, vocab, (b, seq)),))
-    if name in ("llama", "qwen2"):
-        from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    if name in ("llama", "qwen2", "mistral"):
+        from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                                  Qwen2ForCausalLM)
 
         layers, width, heads, kv, ff, vocab, b, seq, *tied = cfg
-        config, causal_lm = (LlamaConfig, LlamaForCausalLM) if name == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+        config, causal_lm = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                             "mistral": (MistralConfig, MistralForCausalLM)}[name]
+        extra = {"sliding_window": seq // 4} if name == "mistral" else {}
         lm = causal_lm(config(vocab_size=vocab, hidden_size=width, intermediate_size=ff,
-                                          num_hidden_layers=layers, num_attention_heads=heads,
-                                          num_key_value_heads=kv, max_position_embeddings=max(seq, 256),
-                                          attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
-                                          pad_token_id=0, tie_word_embeddings=bool(tied and tied[0])))
+                              num_hidden_layers=layers, num_attention_heads=heads,
+                              num_key_value_heads=kv, max_position_embeddings=max(seq, 256),
+                              attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
+                              pad_token_id=0, tie_word_embeddings=bool(tied and tied[0]), **extra))
         lm.loss_type = "ForCausalLM"
-        return Case(name, f"{'Llama' if name == 'llama' else 'Qwen2'} ({layers} x {width}, {heads} heads / {kv} kv, ff {ff}, vocab {vocab}), "
+        title = {"llama": "Llama", "qwen2": "Qwen2", "mistral": f"Mistral (window {seq // 4})"}[name]
+        return Case(name, f"{title} ({layers} x {width}, {heads} heads / {kv} kv, ff {ff}, vocab {vocab}), "
                           f"batch {b} x {seq}", LMLoss(lm), (torch.randint(0, vocab, (b, seq)),))
     if name == "t5":
         from transformers import T5Config, T5ForConditionalGeneration
