@@ -129,10 +129,6 @@ class PlanOrderChoices:
                 return False
         return self.base.can_fuse(scheduler, node1, node2, shared_data_score)
 
-    def uuid(self) -> str:
-        base = getattr(self.base, "uuid", None)
-        return f"remat-plan-order-{self.near}-{base() if callable(base) else type(self.base).__name__}"
-
 
 @contextlib.contextmanager
 def in_plan_order(near: int | None = None) -> Iterator[PlanOrderChoices | None]:
