@@ -73,8 +73,9 @@ class RematBackend:
 
 
 def _compile_graph(part: RematPartitioner, gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    """Inductor's compilation of the forward or backward module ``part`` made, with fusion kept
-    to the plan's order where the plan has a budget to keep (:mod:`remat.lower.plan_order`)."""
+    """Inductor's compilation of the forward or backward module ``part`` made, kept to the
+    plan's order when the plan is remat's own (:mod:`remat.lower.plan_order`); PyTorch's
+    partitioners and the fallback compile as inductor would."""
     if not part.keeps_order:
         return compile_fx_inner(gm, example_inputs, **kwargs)
     split = SplitLateAddmm(inductor_config.post_grad_custom_post_pass)

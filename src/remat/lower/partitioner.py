@@ -65,7 +65,7 @@ class RematPartitioner(CustomPartitionerFn):
         self.param_indices = frozenset(param_indices)
         self.graph_name = graph_name
         self.fell_back: list[str] = []
-        self.keeps_order = False  # compile in the plan's order (remat.lower.plan_order)
+        self.keeps_order = False  # remat's own plan: compile in its order (remat.lower.plan_order)
 
     def uuid(self) -> str:
         """Everything that decides the partition (the callback does not), so that inductor's
@@ -90,8 +90,8 @@ class RematPartitioner(CustomPartitionerFn):
             graph = self._capture(joint, reference)
             plan = self._plan(graph)
             fw, bw = lower(joint, plan)
-            # a budget's peak holds only in the plan's order: inductor keeps to it (plan_order)
-            self.keeps_order = o.budget is not None
+            # a plan's peak holds only in its order: inductor keeps to it (plan_order)
+            self.keeps_order = True
             self._report(plan)
             return fw, bw
         except InfeasibleBudgetError:

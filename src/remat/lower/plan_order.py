@@ -1,4 +1,4 @@
-"""Keeping inductor's kernels in the plan's order.
+"""Keeping inductor's kernels in the plan's order, for every plan remat makes.
 
 A plan's peak is a property of its order: which values are alive together. Lowering puts the
 forward and backward modules in the schedule's order, and inductor's scheduler starts from it
@@ -33,7 +33,9 @@ addmm(x, a, b)`` computes the product where the sum was. With tied embeddings (T
 head's weight gradient is added to the embedding's at the end of the backward, so the product
 moved there with its inputs (the logits' gradient) alive all through the backward: a plan of
 T5 for 0.6 measured 0.80. :class:`SplitLateAddmm`, run after inductor's post-grad passes,
-computes such a product again where its inputs were ready and adds it where the sum is.
+computes such a product again where its inputs were ready and adds it where the sum is; it
+also lowers plans without a budget (T5's from 1.06 to 0.98 of PyTorch's no-recompute peak,
+GPT-2's from 0.68 to 0.65), at the same step time.
 """
 
 from __future__ import annotations
