@@ -8,7 +8,7 @@ peak above the step's start (profiler allocation records on a CPU, the CUDA allo
 GPU), the plan's predicted peak, the fraction of PyTorch's no-recompute measured peak, and
 step-time medians from one alternating loop (``remat.bench.measure.step_time``).
 
-    PYTHONPATH=src python benchmarks/plan_order.py [--models qwen2,llama,t5] [--budgets 0.6,min]
+    PYTHONPATH=src python benchmarks/plan_order.py [--models qwen2,llama,t5] [--budgets 0.6,min,none]
         [--repeats 10] [--device cpu]
 
 Models and sizes are ``budgets_vs_torch.py``'s ``quick`` ones.
@@ -51,11 +51,11 @@ def _inductor_order():
         backend.in_plan_order, backend.SplitLateAddmm = saved
 
 
-def _variant(name: str, budget, device: str, inductor_order: bool):
+def _variant(name: str, budget, device: str, inductor_order: bool, solver: str = "auto"):
     case = bvt.build(name, "quick", torch.float32, device)
     plans = []
-    fn = remat.compile(case.model, solver="auto" if budget is not None else "no-recompute", budget=budget,
-                       cache=False, on_plan=lambda g, p: plans.append(p))
+    fn = remat.compile(case.model, solver=solver, budget=budget, cache=False,
+                       on_plan=lambda g, p: plans.append(p))
     step = bvt.make_step(fn, case.model, case.inputs, "keep")
     with _inductor_order() if inductor_order else contextlib.nullcontext():
         step()  # compiles the forward and the backward
@@ -78,9 +78,9 @@ def main() -> None:
           "fraction of no-recompute | step ms (median) |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        _, reference, _ = _variant(name, None, args.device, False)
+        _, reference, _ = _variant(name, None, args.device, False, solver="no-recompute")
         for b in args.budgets.split(","):
-            budget = b if b == "min" else float(b)
+            budget = None if b == "none" else b if b == "min" else float(b)
             try:
                 runs = {label: _variant(name, budget, args.device, off)
                         for label, off in (("plan order", False), ("inductor's order", True))}

@@ -34,7 +34,7 @@ head's weight gradient is added to the embedding's at the end of the backward, s
 moved there with its inputs (the logits' gradient) alive all through the backward: a plan of
 T5 for 0.6 measured 0.80. :class:`SplitLateAddmm`, run after inductor's post-grad passes,
 computes such a product again where its inputs were ready and adds it where the sum is; it
-also lowers plans without a budget (T5's from 1.06 to 0.98 of PyTorch's no-recompute peak,
+also lowers plans without a budget (T5's from 1.06 to 0.97 of PyTorch's no-recompute peak,
 GPT-2's from 0.68 to 0.65), at the same step time.
 """
 
