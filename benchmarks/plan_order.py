@@ -5,7 +5,8 @@ For each model and budget, two copies of the same model and inputs compiled with
 that could move work across the plan's peak vetoed, late ``addmm`` fusions split back), and
 ``inductor's order`` with both left out (inductor fuses as it would on its own). Measured:
 peak above the step's start (profiler allocation records on a CPU, the CUDA allocator on a
-GPU), the plan's predicted peak, the fraction of PyTorch's no-recompute measured peak, and
+GPU), the plan's predicted peak, the fraction of PyTorch's no-recompute measured peak (its own
+row: the reference, measured and predicted), and
 step-time medians from one alternating loop (``remat.bench.measure.step_time``).
 
     PYTHONPATH=src python benchmarks/plan_order.py [--models qwen2,llama,t5] [--budgets 0.6,min,none]
@@ -78,7 +79,9 @@ def main() -> None:
           "fraction of no-recompute | step ms (median) |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        _, reference, _ = _variant(name, None, args.device, False, solver="no-recompute")
+        _, reference, ref_predicted = _variant(name, None, args.device, False, solver="no-recompute")
+        print(f"| {name} | - | PyTorch's no-recompute (the reference) | {reference:,} | {ref_predicted:,} | "
+              f"{reference / ref_predicted:.2f} | 1.00 | |", flush=True)
         for b in args.budgets.split(","):
             budget = None if b == "none" else b if b == "min" else float(b)
             try:

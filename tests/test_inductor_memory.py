@@ -64,7 +64,7 @@ def test_a_fused_kernel_writes_into_an_input_that_dies_there():
     ``a``'s last reader and has its size, so the two are never allocated together; op by op
     they are. (PyTorch's no-recompute partition of Llama and Qwen2 under CPU inductor measured
     within 0.01% of the prediction with this rule and with forward-role values the backward
-    computes first kept in registers; 11% below it before.)"""
+    computes first kept in registers: ``benchmarks/plan_order.py --budgets none``.)"""
     def t(name, op, inputs, category, role="forward", nbytes=W, **kw):
         return Node(name, op, tuple(inputs), role=role, bytes=nbytes, category=category, **kw)
 

@@ -7,10 +7,10 @@ where its earliest part was, then is pushed down to after its latest input. Fusi
 far apart in the order (a recomputed RMS norm of one layer with the norm backward of the next,
 which read the same residual; the copies of one recomputation in a staged plan) runs a
 computation early, with its output alive from there on, or late, with its inputs alive until
-then. On Qwen2 (3 layers, CPU) that took the backward of a plan predicted at 5.40 MB to 6.58 MB
-measured: 0.64 of the reference at a budget of 0.5. Its kernels, taken in inductor's order after
-fusion and simulated, peak at 6.05 MB; before fusion, at the plan's 5.40 MB. Kept to that order,
-the plan measures 5.07 MB at the same step time.
+then. Kept to the plan's order, the same plans peak 13-25% lower at 0.6 on Qwen2, Llama and T5
+at the same step time (``python benchmarks/plan_order.py``, BENCHMARKS.md). In a diagnostic run
+(hooks on inductor's scheduler, not committed) a Qwen2 plan's kernels simulated to the plan's
+peak before fusion and 12% above it after.
 
 :func:`in_plan_order` vetoes, while inductor compiles a graph, the fusions that could raise the
 peak of that starting order, through inductor's own hook for fusion heuristics
@@ -48,9 +48,10 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 NEAR = 3
 """Kernels (inductor's scheduler nodes, numbered in their order before fusion) at most this far
-apart always may fuse. On Qwen2 and a stack of RMS-norm MLP blocks (CPU), a window of 3 kept
-every plan measured within its prediction with no change in step time; 0 (no fusion) measured
-12% above it (fused values written), and 8 as much, from moves."""
+apart always may fuse: a producer and its consumer, which the fused memory model assumes fused.
+Chosen on the RMS-norm stack of ``tests/test_plan_order.py`` and Qwen2 in diagnostic runs (not
+committed): with no fusion at all, values the model keeps in registers were written (12% above
+the prediction); with a plain window of 8 and no memory check, moves came back."""
 
 
 def distance(node1: Any, node2: Any) -> int:
@@ -162,13 +163,12 @@ class SplitLateAddmm(CustomGraphPass):
     def __init__(self, chained: Any = None, late: int = LATE) -> None:
         self.chained = chained
         self.late = late
-        self.split = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.chained is not None:
             for fn in (self.chained if isinstance(self.chained, (list, tuple)) else (self.chained,)):
                 fn(graph)
-        self.split += split_late_addmm(graph, self.late)
+        split_late_addmm(graph, self.late)
 
     def uuid(self) -> Any:
         chained = self.chained

@@ -76,12 +76,13 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
     the schedule carries it from one phase into the other (a saved value); a fusible value
     read only by fused kernels of its own phase lives in registers. A recomputation (a forward
     value the backward computes again) is counted written: even with fusion kept to the plan's
-    order (:mod:`remat.lower.plan_order`), plans that recompute much measured 1.18-1.39x their
-    prediction with recomputations in registers (GPT-2, Llama, Qwen2 quick, CPU inductor), and
-    0.94-1.01x counted. A forward-role value the backward computes first (the one-hot of a
-    cross-entropy's labels) is fused like any backward value: counting it written put PyTorch's
-    no-recompute partition of Llama 11% above its measured peak; in registers, with in-place
-    writes (:func:`simulate`), within 0.01%."""
+    order (:mod:`remat.lower.plan_order`), plans that recompute much measured well above their
+    prediction with recomputations in registers (a diagnostic run on GPT-2, Llama and Qwen2,
+    not committed); counted, they measure 0.83-1.17x it (``benchmarks/plan_order.py``). A
+    forward-role value the backward computes first (the one-hot of a cross-entropy's labels) is
+    fused like any backward value: with it and in-place writes (:func:`simulate`), PyTorch's
+    no-recompute partition is predicted as ``benchmarks/plan_order.py`` prints in its
+    reference rows (BENCHMARKS.md)."""
     a = g._arrays
     ins = g.input_indices
     index = g._index
