@@ -293,4 +293,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without the interpreter's teardown: after the work is written and the process
+    # group destroyed, a C++ thread of torch's runtime (gloo, inductor's compile workers) is
+    # at times destroyed while still joinable at exit, and the rank aborts with "terminate
+    # called without an active exception" (SIGABRT) although every step and record was done.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
