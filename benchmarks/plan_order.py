@@ -1,9 +1,9 @@
 """What keeping inductor to a budgeted plan's order (``remat.lower.plan_order``) costs and saves.
 
 For each model and budget, two copies of the same model and inputs compiled with
-``remat.compile(model, budget=B)`` under inductor: ``plan order`` as remat ships it (fusions
-that could move work across the plan's peak vetoed, late ``addmm`` fusions split back), and
-``inductor's order`` with both left out (inductor fuses as it would on its own). Measured:
+``remat.compile(model, budget=B)`` under inductor: ``plan order`` as remat ships it (only near
+kernels fuse, late ``addmm`` fusions split back, no buffer held for reuse), and ``inductor's
+order`` with all three left out (inductor compiles as it would on its own). Measured:
 peak above the step's start (profiler allocation records on a CPU, the CUDA allocator on a
 GPU), the plan's predicted peak, the fraction of PyTorch's no-recompute measured peak (its own
 row: the reference, measured and predicted), and
@@ -42,14 +42,13 @@ from remat.plans.budget import resident_bytes  # noqa: E402
 
 @contextlib.contextmanager
 def _inductor_order():
-    """Compile as inductor would on its own: no fusion veto, no addmm split."""
-    saved = backend.in_plan_order, backend.SplitLateAddmm
+    """Compile as inductor would on its own: no fusion veto, no addmm split, buffer reuse."""
+    saved = backend.in_plan_order
     backend.in_plan_order = lambda: contextlib.nullcontext()
-    backend.SplitLateAddmm = lambda chained: chained
     try:
         yield
     finally:
-        backend.in_plan_order, backend.SplitLateAddmm = saved
+        backend.in_plan_order = saved
 
 
 def _variant(name: str, budget, device: str, inductor_order: bool, solver: str = "auto"):

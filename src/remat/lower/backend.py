@@ -30,7 +30,7 @@ from ..errors import OptionError, RematError
 from .options import NAMES, Options
 from ..plans.step import StepBudget
 from .partitioner import RematPartitioner
-from .plan_order import SplitLateAddmm, in_plan_order
+from .plan_order import in_plan_order
 
 _TAKES_OVERRIDE = "partitioner_fn_override" in inspect.signature(partition_fn).parameters
 """torch >= 2.12 takes the partitioner per call; before, it is read from inductor's config."""
@@ -78,8 +78,7 @@ def _compile_graph(part: RematPartitioner, gm: torch.fx.GraphModule, example_inp
     partitioners and the fallback compile as inductor would."""
     if not part.keeps_order:
         return compile_fx_inner(gm, example_inputs, **kwargs)
-    split = SplitLateAddmm(inductor_config.post_grad_custom_post_pass)
-    with in_plan_order(), inductor_config.patch(post_grad_custom_post_pass=split):
+    with in_plan_order():
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
 

@@ -1,41 +1,39 @@
 """Keeping inductor's kernels in the plan's order, for every plan remat makes.
 
 A plan's peak is a property of its order: which values are alive together. Lowering puts the
-forward and backward modules in the schedule's order, and inductor's scheduler starts from it
-(its nodes before fusion simulate to the plan's peak), but fusion moves work: a fused kernel runs
-where its earliest part was, then is pushed down to after its latest input. Fusing two kernels
-far apart in the order (a recomputed RMS norm of one layer with the norm backward of the next,
-which read the same residual; the copies of one recomputation in a staged plan) runs a
-computation early, with its output alive from there on, or late, with its inputs alive until
-then. Kept to the plan's order, the same plans peak 13-25% lower at 0.6 on Qwen2, Llama and T5
-at the same step time (``python benchmarks/plan_order.py``, BENCHMARKS.md). In a diagnostic run
-(hooks on inductor's scheduler, not committed) a Qwen2 plan's kernels simulated to the plan's
-peak before fusion and 12% above it after.
+forward and backward modules in the schedule's order, and inductor's scheduler starts from it,
+but three of inductor's decisions move memory across the plan's peak. :func:`in_plan_order`,
+installed by the backend while inductor compiles a plan of remat's, undoes each; PyTorch's
+partitioners and the fallback compile as inductor would.
 
-:func:`in_plan_order` vetoes, while inductor compiles a graph, the fusions that could raise the
-peak of that starting order, through inductor's own hook for fusion heuristics
-(``V.choices.can_fuse``; every other decision stays inductor's):
+- **Fusion of kernels far apart.** A fused kernel runs where its earliest part was, or is pushed
+  down after its latest input: fusing a recomputed RMS norm of one layer with the norm backward
+  of the next (both read the residual), or the copies of a recomputed embedding from several
+  layers (they share the table), runs work early, with its output alive from there on, or late,
+  with its inputs alive until then. :class:`PlanOrderChoices` lets only kernels at most
+  :data:`NEAR` apart fuse, through inductor's own hook for fusion heuristics
+  (``V.choices.can_fuse``; every other decision stays inductor's).
+- **``add(x, mm(a, b)) -> addmm(x, a, b)``,** a post-grad pattern, computes the product where
+  the sum is. With tied embeddings (T5) the LM head's weight gradient is added to the
+  embedding's at the end of the backward, so the product moved there with its inputs (the
+  logits' gradient) alive all through the backward: a plan of T5 for 0.6 measured 0.80.
+  :class:`SplitLateAddmm`, run after inductor's post-grad passes, computes such a product again
+  where its inputs were ready and adds it where the sum is.
+- **Buffer reuse.** Inductor's wrapper keeps a dead buffer for the next allocation of the same
+  size, however far away; a T5 plan for 0.6 held two dead feed-forward buffers (1 MiB) of one
+  layer through the next layer's attention backward, where its peak is. Inductor checks such
+  reuse against its own estimate of the peak, which missed it. ``allow_buffer_reuse`` is off:
+  a dead buffer goes back to the allocator (CUDA's caching allocator, or malloc on a CPU),
+  which reuses it without holding it. Kernels that write into an input they read last
+  (``inplace_buffers``) still do: the simulator counts on that.
 
-- kernels at most :data:`NEAR` apart always may fuse (a producer and its consumer: the fused
-  memory model counts on those);
-- farther apart, they may fuse only if the memory inductor estimates for the starting order,
-  at its highest between them, plus the bytes the two kernels read and write (all that the
-  fusion can keep alive longer) stays within that order's peak. Far from the peak, fusion is
-  free; across it, it is not.
-- Where inductor's memory estimate is not available, kernels more than :data:`NEAR` apart do
-  not fuse.
+On T5, Llama, Qwen2 and GPT-2 (``python benchmarks/plan_order.py``, BENCHMARKS.md) the three
+together bring every budgeted plan within its prediction, at the same step time. Before, the
+fusion veto let far kernels fuse where inductor's estimate of the starting order had room:
+fusions compounded, and T5 at 0.6 measured 1.17x its prediction (0.63 of PyTorch's
+no-recompute peak for a budget of 0.6); without far fusion and buffer reuse it measures 0.97x.
 
-The handler wraps whatever choices handler is installed, so a user's own stays in force;
-without the hook (an older inductor) nothing changes.
-
-Work also moves before the scheduler: inductor's post-grad pattern ``add(x, mm(a, b)) ->
-addmm(x, a, b)`` computes the product where the sum was. With tied embeddings (T5) the LM
-head's weight gradient is added to the embedding's at the end of the backward, so the product
-moved there with its inputs (the logits' gradient) alive all through the backward: a plan of
-T5 for 0.6 measured 0.80. :class:`SplitLateAddmm`, run after inductor's post-grad passes,
-computes such a product again where its inputs were ready and adds it where the sum is; it
-also lowers plans without a budget (T5's from 1.06 to 0.97 of PyTorch's no-recompute peak,
-GPT-2's from 0.68 to 0.65), at the same step time.
+Without the choices hook (an older inductor) fusion is left alone.
 """
 
 from __future__ import annotations
@@ -44,14 +42,17 @@ import contextlib
 from typing import Any, Iterator
 
 import torch
+from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 NEAR = 3
 """Kernels (inductor's scheduler nodes, numbered in their order before fusion) at most this far
-apart always may fuse: a producer and its consumer, which the fused memory model assumes fused.
-Chosen on the RMS-norm stack of ``tests/test_plan_order.py`` and Qwen2 in diagnostic runs (not
+apart may fuse: a producer and its consumer, which the fused memory model assumes fused. Chosen
+on the RMS-norm stack of ``tests/test_plan_order.py`` and Qwen2 in diagnostic runs (not
 committed): with no fusion at all, values the model keeps in registers were written (12% above
-the prediction); with a plain window of 8 and no memory check, moves came back."""
+the prediction); with a window of 8, moves came back. On T5, Llama, Qwen2 and GPT-2 the step
+time with only near fusions is within 2% of that with inductor's own (diagnostic runs of the
+four, ``benchmarks/plan_order.py`` for the ordered plans against inductor's)."""
 
 
 def distance(node1: Any, node2: Any) -> int:
@@ -59,95 +60,44 @@ def distance(node1: Any, node2: Any) -> int:
     return max(abs(node1.min_order - node2.max_order), abs(node2.min_order - node1.max_order))
 
 
-class _Memory:
-    """Inductor's estimate of the memory alive at each node of a scheduler's order before
-    fusion, and the bytes of its buffers and inputs."""
-
-    def __init__(self, scheduler: Any) -> None:
-        from torch._inductor import memory
-        from torch._inductor.utils import get_dtype_size
-        from torch._inductor.virtualized import V
-        from torch.utils._ordered_set import OrderedSet
-
-        nodes = list(scheduler.nodes)
-        if [n.min_order for n in nodes] != list(range(len(nodes))):
-            raise ValueError("scheduler nodes are not in their starting order")
-        inputs = OrderedSet(V.graph.graph_inputs.keys())
-        outputs = OrderedSet(V.graph.get_output_names())
-        _, freeable = memory.prepare_planning_info(nodes, scheduler.name_to_buf,
-                                                   scheduler.name_to_fused_node, inputs, outputs)
-        self.peak, at = memory.estimate_peak_memory(nodes, freeable, outputs)
-        self.at = list(at)
-        self.bytes = {name: size for name, (_, size) in
-                      memory.compute_size_for_scheduler_buffer(scheduler.name_to_buf).items()}
-        for name, value in V.graph.graph_inputs.items():
-            try:
-                numel = V.graph.sizevars.size_hint(value.get_numel(), fallback=0)
-                self.bytes.setdefault(name, int(numel) * get_dtype_size(value.get_dtype()))
-            except Exception:  # noqa: BLE001 - a symbolic integer input has no bytes
-                continue
-
-    def touched(self, *groups: Any) -> int:
-        """Bytes the scheduler nodes of ``groups`` read or write."""
-        names = {dep.name for group in groups for node in group.get_nodes()
-                 for dep in node.read_writes.reads_and_writes()}
-        return sum(self.bytes.get(name, 0) for name in names)
-
-    def fits(self, node1: Any, node2: Any) -> bool:
-        lo = min(node1.min_order, node2.min_order)
-        hi = max(node1.max_order, node2.max_order)
-        return max(self.at[lo:hi + 1], default=0) + self.touched(node1, node2) <= self.peak
-
-
 class PlanOrderChoices:
-    """Inductor's choices handler ``base`` with the fusions that could raise the peak of the
-    starting order vetoed; everything else is ``base``'s. ``vetoed`` counts the fusions refused."""
+    """Inductor's choices handler ``base`` with fusions of kernels more than ``near`` apart
+    vetoed; everything else is ``base``'s. ``vetoed`` counts the fusions refused."""
 
     def __init__(self, base: Any, near: int = NEAR) -> None:
         self.base = base
         self.near = near
         self.vetoed = 0
-        self._memory: dict[int, tuple[Any, _Memory | None]] = {}  # id -> (scheduler, its estimate)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)
 
-    def memory(self, scheduler: Any) -> _Memory | None:
-        """The estimate for ``scheduler``, made at its first far fusion (before any fusion
-        has been decided; the scheduler is held, so its id is not reused)."""
-        key = id(scheduler)
-        if key not in self._memory:
-            try:
-                estimate = _Memory(scheduler)
-            except Exception:  # noqa: BLE001 - without an estimate, only near kernels fuse
-                estimate = None
-            self._memory[key] = (scheduler, estimate)
-        return self._memory[key][1]
-
     def can_fuse(self, scheduler: Any, node1: Any, node2: Any, shared_data_score: int) -> bool:
         if distance(node1, node2) > self.near:
-            memory = self.memory(scheduler)
-            if memory is None or not memory.fits(node1, node2):
-                self.vetoed += 1
-                return False
+            self.vetoed += 1
+            return False
         return self.base.can_fuse(scheduler, node1, node2, shared_data_score)
 
 
 @contextlib.contextmanager
 def in_plan_order(near: int | None = None) -> Iterator[PlanOrderChoices | None]:
-    """While inductor compiles inside this block, only fusions that keep the starting order's
-    peak happen (:class:`PlanOrderChoices`, with ``near`` default :data:`NEAR`); yields the
-    handler, or None where inductor has no choices hook."""
-    try:
-        from torch._inductor.virtualized import V
-        base = V.choices
-        set_handler = V.set_choices_handler
-    except (ImportError, AttributeError):
-        yield None
-        return
-    handler = PlanOrderChoices(base, NEAR if near is None else near)
-    with set_handler(handler):
-        yield handler
+    """While inductor compiles inside this block, it keeps to the order it starts from: only
+    near kernels fuse (:class:`PlanOrderChoices`, ``near`` default :data:`NEAR`), late
+    ``addmm`` fusions are split (:class:`SplitLateAddmm`, after any post-grad pass configured)
+    and dead buffers are not held for reuse. Yields the handler, or None where inductor has no
+    choices hook."""
+    split = SplitLateAddmm(inductor_config.post_grad_custom_post_pass)
+    with inductor_config.patch(post_grad_custom_post_pass=split, allow_buffer_reuse=False):
+        try:
+            from torch._inductor.virtualized import V
+            base = V.choices
+            set_handler = V.set_choices_handler
+        except (ImportError, AttributeError):
+            yield None
+            return
+        handler = PlanOrderChoices(base, NEAR if near is None else near)
+        with set_handler(handler):
+            yield handler
 
 
 LATE = 16

@@ -75,10 +75,10 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
     materialized (:func:`remat.cost.model.memory_materialized`: a kernel writes it) or when
     the schedule carries it from one phase into the other (a saved value); a fusible value
     read only by fused kernels of its own phase lives in registers. A recomputation (a forward
-    value the backward computes again) is counted written: even with fusion kept to the plan's
-    order (:mod:`remat.lower.plan_order`), plans that recompute much measured well above their
-    prediction with recomputations in registers (a diagnostic run on GPT-2, Llama and Qwen2,
-    not committed); counted, they measure 0.83-1.17x it (``benchmarks/plan_order.py``). A
+    value the backward computes again) is counted written: with recomputations in registers,
+    plans that recompute much measured well above their prediction (a diagnostic run on GPT-2,
+    Llama and Qwen2, not committed); counted, and compiled in the plan's order
+    (:mod:`remat.lower.plan_order`), they measure 0.80-0.98x it (``benchmarks/plan_order.py``). A
     forward-role value the backward computes first (the one-hot of a cross-entropy's labels) is
     fused like any backward value: with it and in-place writes (:func:`simulate`), PyTorch's
     no-recompute partition is predicted as ``benchmarks/plan_order.py`` prints in its
