@@ -23,7 +23,7 @@ from remat.graph.graph import Graph, Node
 from remat.graph.io import graph_to_dict, load_graph
 from remat.plans.budget import reference_name, reference_peak, reference_saved
 from remat.plans.schedule import Schedule, schedule_from_saved_set
-from remat.plans.simulator import simulate
+from remat.plans.simulator import FAR, _allocations, simulate
 from remat.solvers import solve
 from remat.solvers.baselines import BASELINES
 from remat.zoo.mlp import MLPNet
@@ -50,11 +50,12 @@ def test_fused_memory_counts_what_a_kernel_writes_and_what_crosses_into_the_back
     # fused: add, add_1 and cos live in registers; the inputs, the saved add_2 and the output
     # cos_1 are written
     assert _forward_peak(g, ["add_2"], fused=True) == 6 * W
-    # the backward computes cos again: a recomputation is counted written (inductor runs
-    # recomputations away from their readers); sin and neg, forward-role values the backward
-    # computes first, fuse into the gradient's kernel like any backward value
+    # the backward computes cos again: read by one kernel and holding no heavy op, it stays in
+    # registers as inductor keeps it (written, the peak would be 8 W); sin and neg, forward-role
+    # values the backward computes first, fuse into the gradient's kernel like any backward
+    # value, which writes into add_2's storage (it reads add_2 last, through cos)
     assert eager.peak_bytes == 9 * W
-    assert fused.peak_bytes == 8 * W
+    assert fused.peak_bytes == 6 * W
     # a saved value is written whatever fuses around it
     assert _forward_peak(g, ["add_2", "cos"], fused=True) == 7 * W
 
@@ -83,6 +84,104 @@ def test_a_fused_kernel_writes_into_an_input_that_dies_there():
     late = Schedule.from_list(g, [("compute", "a"), ("compute", "b"), ("compute", "c"), ("free", "a"),
                                   ("free", "b")])
     assert simulate(late, CostModel(fused_memory=True)).peak_bytes == 4 * W + 16
+
+
+def _t(name, op, inputs, category, role="forward", nbytes=W, **kw):
+    return Node(name, op, tuple(inputs), role=role, bytes=nbytes, category=category, **kw)
+
+
+def test_a_value_kept_in_registers_keeps_what_it_reads_alive():
+    """Inductor computes a register value inside its reader: ``s = a + b`` read two kernels
+    later keeps ``a`` and ``b`` alive until then although the schedule frees them at ``s``;
+    and its reader, which reads ``a`` last through ``s``, writes into ``a``'s storage."""
+    g = Graph([
+        _t("x", "placeholder", (), "input", role="input"),
+        _t("w", "placeholder", (), "input", role="param"),
+        _t("a", "mm", ("x", "w"), "compute"),
+        _t("b", "mm", ("x", "w"), "compute"),
+        _t("s", "add", ("a", "b"), "pointwise"),
+        _t("c", "mm", ("x", "w"), "compute"),
+        _t("r", "mul", ("s", "c"), "pointwise"),
+        _t("out", "mm", ("r", "w"), "compute", nbytes=16, is_output=True),
+    ], name="holds")
+    s = Schedule.from_list(g, [("compute", "a"), ("compute", "b"), ("compute", "s"), ("free", "a"),
+                               ("free", "b"), ("compute", "c"), ("compute", "r"), ("free", "s"),
+                               ("compute", "out"), ("free", "c"), ("free", "r")])
+    fused = simulate(s, CostModel(fused_memory=True))
+    assert fused.timeline[4] == 4 * W  # a and b freed by the schedule, held by s: x, w, a, b
+    assert fused.timeline[5] == 5 * W  # and c
+    assert fused.timeline[6] == 5 * W  # r takes a's storage over: x, w, b (held), c, r
+    assert fused.timeline[7] == 4 * W  # s freed: b goes
+    assert simulate(s, CostModel(fused_memory=False)).timeline[4] == 3 * W  # op by op: x, w, s
+
+
+def test_a_value_read_far_away_is_written_where_it_is_computed():
+    """A fusible value whose first reader comes more than ``FAR`` computes later is written
+    (``remat.lower.plan_order.realize_far`` has inductor write it there): it counts, and the
+    values it read are free to go."""
+    chain = [_t(f"p{k}", "sin", (f"p{k - 1}" if k else "x",), "pointwise") for k in range(FAR + 2)]
+    g = Graph([
+        _t("x", "placeholder", (), "input", role="input"),
+        _t("w", "placeholder", (), "input", role="param"),
+        _t("a", "mm", ("x", "w"), "compute"),
+        _t("s", "add", ("a", "a"), "pointwise"),
+        *chain,
+        _t("out", "mul", ("s", chain[-1].name), "pointwise", is_output=True),
+    ], name="far")
+    def s_written(graph: Graph) -> bool:
+        sched = schedule_from_saved_set(graph, [])
+        k = next(i for i, st in enumerate(sched.statements) if st.node == "s")
+        return _allocations(sched, graph, list(range(len(graph)))).writes[k]
+
+    assert s_written(g)
+    s = schedule_from_saved_set(g, [])
+    k = next(i for i, st in enumerate(s.statements) if st.node == "s")
+    # after s: x, w and s, written in place of a (a dies at s); the chain lives in registers
+    assert max(simulate(s, CostModel(fused_memory=True)).timeline[k:-2]) == 3 * W
+    near = Graph([n for n in g.nodes if not n.name.startswith("p")][:-1] +
+                 [_t("out", "mul", ("s", "x"), "pointwise", is_output=True)], name="near")
+    assert not s_written(near)  # read right after: in registers
+
+
+def test_zeros_are_filled_where_they_are_read():
+    """A value computed from no tensor (a zeros a gradient accumulates into) is not written
+    where the schedule computes it: inductor fills a buffer at each reader, whose output
+    counts."""
+    g = Graph([
+        _t("x", "placeholder", (), "input", role="input"),
+        _t("w", "placeholder", (), "input", role="param"),
+        _t("z", "full", (), "other"),
+        _t("a", "mm", ("x", "w"), "compute"),
+        _t("b", "index_put", ("z", "a"), "other"),
+        _t("out", "mm", ("b", "w"), "compute", nbytes=16, is_output=True),
+    ], name="zeros")
+    fused = simulate(schedule_from_saved_set(g, []), CostModel(fused_memory=True))
+    eager = simulate(schedule_from_saved_set(g, []), CostModel(fused_memory=False))
+    assert fused.peak_bytes == 4 * W and eager.peak_bytes == 5 * W  # z, a, b together op by op
+
+
+@pytest.mark.parametrize("op, written", [("tanh", True), ("mul", False)])
+def test_a_recomputation_several_kernels_read_is_written_when_heavy(op, written):
+    """On a CPU inductor writes a value several kernels read when its expression holds a heavy
+    op (``tanh``, ``exp``, ...), and computes it again inside each reader otherwise."""
+    g = Graph([
+        _t("x", "placeholder", (), "input", role="input"),
+        _t("w", "placeholder", (), "input", role="param"),
+        _t("a", "mm", ("x", "w"), "compute"),
+        _t("h", op, ("a",), "pointwise"),
+        _t("y", "mul", ("h", "h"), "pointwise"),
+        _t("loss", "sum", ("y",), "reduction", is_output=True),
+        _t("tangents_1", "placeholder", (), "input", role="tangent", nbytes=4),
+        _t("gy", "mul", ("tangents_1", "h"), "pointwise", role="backward"),
+        _t("gh", "mul", ("gy", "h"), "pointwise", role="backward"),
+        _t("ga", "mm", ("gh", "w"), "compute", role="backward", is_output=True),
+    ], name="recompute")
+    s = schedule_from_saved_set(g, ["a", "w"])  # h is computed again in the backward
+    fused = _allocations(s, g, list(range(len(g))))
+    k = max(i for i, st in enumerate(s.statements) if st.node == "h" and st.op == "compute")
+    assert sum(st.op == "compute" and st.node == "h" for st in s.statements) == 2  # computed again
+    assert fused.writes[k] is written
+    assert (k in fused.holds) is not written  # in registers, it holds a's storage
 
 
 def _view_graph() -> Graph:

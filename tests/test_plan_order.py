@@ -57,7 +57,7 @@ def test_the_handler_and_config_are_installed_while_compiling_and_removed_after(
             assert V.choices is handler and handler.base is before and handler.near == plan_order.NEAR
             assert inductor_config.allow_buffer_reuse is False
             split = inductor_config.post_grad_custom_post_pass
-            assert isinstance(split, plan_order.SplitLateAddmm) and split.chained is user_pass
+            assert isinstance(split, plan_order.PlanOrderPass) and split.chained is user_pass
             split(torch.fx.Graph())
             assert user_pass.ran
         assert V.choices is before and inductor_config.post_grad_custom_post_pass is user_pass
@@ -187,3 +187,28 @@ def test_t5_keeps_its_budget_under_inductor(monkeypatch):
     (plan,) = plans
     predicted = plan.peak_bytes - resident_bytes(plan.graph)
     assert measured <= 1.02 * predicted, (measured, predicted)
+
+
+def _far_reader(x, hops: int):
+    s = x.cos() + 1.0
+    y = x
+    for _ in range(hops):
+        y = y.sin()
+    return torch.mm(s, y)
+
+
+@pytest.mark.parametrize("hops, marked", [(30, True), (3, False)])
+def test_a_pointwise_value_read_far_away_is_written_where_it_is(hops, marked):
+    """inductor would compute ``s`` inside its far reader, keeping ``x`` alive until then; the
+    plan's pass has inductor write it where it is, as the simulator counts it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from remat.lower.plan_order import realize_far
+
+    x = torch.randn(8, 8)
+    gm = make_fx(lambda x: _far_reader(x, hops), tracing_mode="fake")(x)
+    realize_far(gm.graph, far=16)
+    add = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.add.Tensor)
+    assert bool(add.meta.get("inductor_realize_to_strides")) is marked
+    cos = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.cos.default)
+    assert not cos.meta.get("inductor_realize_to_strides")  # its reader is next to it

@@ -17,7 +17,7 @@ partitioners and the fallback compile as inductor would.
   the sum is. With tied embeddings (T5) the LM head's weight gradient is added to the
   embedding's at the end of the backward, so the product moved there with its inputs (the
   logits' gradient) alive all through the backward: a plan of T5 for 0.6 measured 0.80.
-  :class:`SplitLateAddmm`, run after inductor's post-grad passes, computes such a product again
+  :func:`split_late_addmm`, run after inductor's post-grad passes, computes such a product again
   where its inputs were ready and adds it where the sum is.
 - **Buffer reuse.** Inductor's wrapper keeps a dead buffer for the next allocation of the same
   size, however far away; a T5 plan for 0.6 held two dead feed-forward buffers (1 MiB) of one
@@ -44,6 +44,8 @@ from typing import Any, Iterator
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from ..plans.simulator import FAR
 
 NEAR = 3
 """Kernels (inductor's scheduler nodes, numbered in their order before fusion) at most this far
@@ -83,10 +85,11 @@ class PlanOrderChoices:
 def in_plan_order(near: int | None = None) -> Iterator[PlanOrderChoices | None]:
     """While inductor compiles inside this block, it keeps to the order it starts from: only
     near kernels fuse (:class:`PlanOrderChoices`, ``near`` default :data:`NEAR`), late
-    ``addmm`` fusions are split (:class:`SplitLateAddmm`, after any post-grad pass configured)
+    ``addmm`` fusions are split and values read far away written where they are
+    (:class:`PlanOrderPass`, after any post-grad pass configured)
     and dead buffers are not held for reuse. Yields the handler, or None where inductor has no
     choices hook."""
-    split = SplitLateAddmm(inductor_config.post_grad_custom_post_pass)
+    split = PlanOrderPass(inductor_config.post_grad_custom_post_pass)
     with inductor_config.patch(post_grad_custom_post_pass=split, allow_buffer_reuse=False):
         try:
             from torch._inductor.virtualized import V
@@ -105,25 +108,60 @@ LATE = 16
 split back into ``mm`` (where the matrices are ready) and ``add`` (where the bias is)."""
 
 
-class SplitLateAddmm(CustomGraphPass):
-    """Inductor's post-grad custom pass: undo ``addmm`` fusions that move a product far from
-    its inputs (see the module docstring); ``chained`` is the pass that was configured before,
-    run first."""
+class PlanOrderPass(CustomGraphPass):
+    """Inductor's post-grad custom pass for a graph in a plan's order (see the module
+    docstring): :func:`split_late_addmm`, then :func:`realize_far`; ``chained`` is the pass
+    that was configured before, run first."""
 
-    def __init__(self, chained: Any = None, late: int = LATE) -> None:
+    def __init__(self, chained: Any = None, late: int = LATE, far: int = FAR) -> None:
         self.chained = chained
         self.late = late
+        self.far = far
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.chained is not None:
             for fn in (self.chained if isinstance(self.chained, (list, tuple)) else (self.chained,)):
                 fn(graph)
         split_late_addmm(graph, self.late)
+        realize_far(graph, self.far)
 
     def uuid(self) -> Any:
         chained = self.chained
         inner = chained.uuid() if hasattr(chained, "uuid") else repr(chained)
-        return f"remat-split-late-addmm-{self.late}-{inner}"
+        return f"remat-plan-order-{self.late}-{self.far}-{inner}"
+
+
+def _first_reader(node: torch.fx.Node, at: dict) -> int | None:
+    """The position of the first node that reads ``node``, through views."""
+    first = None
+    stack = list(node.users)
+    while stack:
+        user = stack.pop()
+        if user.op == "call_function" and getattr(user.target, "is_view", False):
+            stack.extend(user.users)
+            continue
+        first = at[user] if first is None else min(first, at[user])
+    return first
+
+
+def realize_far(graph: torch.fx.Graph, far: int = FAR) -> int:
+    """Mark each pointwise node whose first reader comes more than ``far`` nodes later to be
+    written where it is (``inductor_realize_to_strides``): inductor would compute it inside
+    that reader, keeping its inputs alive until then, where the plan freed them. The
+    simulator counts such a value written (:data:`remat.plans.simulator.FAR`). Returns how
+    many were marked."""
+    nodes = list(graph.nodes)
+    at = {n: k for k, n in enumerate(nodes)}
+    count = 0
+    for n in nodes:
+        if n.op != "call_function" or not isinstance(n.meta.get("val"), torch.Tensor) \
+                or torch.Tag.pointwise not in getattr(n.target, "tags", ()):
+            continue
+        first = _first_reader(n, at)
+        if first is not None and first - at[n] > far:
+            n.meta["inductor_realize_to_strides"] = True
+            count += 1
+    return count
 
 
 def split_late_addmm(graph: torch.fx.Graph, late: int = LATE) -> int:

@@ -8,9 +8,9 @@ timeline (bytes resident after each statement, as seeds/001's U), and the predic
 under the cost model (:mod:`remat.cost.model`).
 
 Under a fusing compiler (``CostModel.fused_memory``) a value fused kernels keep in registers
-takes no memory (:func:`_allocations`), and a kernel that reads an input for the last time
-writes its output into that input's storage when both have the same size (inductor's
-``inplace_buffers``): the two are not allocated together.
+takes no memory but keeps what it reads alive (:func:`_allocations`), and a kernel that reads
+an input for the last time writes its output into that input's storage when both have the
+same size (inductor's ``inplace_buffers``): the two are not allocated together.
 
 Memory counts the inputs and parameters (resident throughout, Checkmate's constant
 overhead) plus every computed value until it is freed; a view shares its base's storage,
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cost.model import (CostModel, constant_bytes, default_cost_model, materialized, memory_materialized,
-                          storage)
+                          profile_for_graph, storage)
 from ..errors import PlanError
 from ..graph.graph import Graph
 from .schedule import Schedule, kept_to_end, never_recomputed, required_nodes
@@ -69,20 +69,56 @@ class SimResult:
 _MAX_ERRORS = 20
 
 
-def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
-    """For each statement, whether its compute allocates memory under a fusing compiler
-    (``CostModel.fused_memory``): a value is held in memory only when its storage is
-    materialized (:func:`remat.cost.model.memory_materialized`: a kernel writes it) or when
-    the schedule carries it from one phase into the other (a saved value); a fusible value
-    read only by fused kernels of its own phase lives in registers. A recomputation (a forward
-    value the backward computes again) is counted written: with recomputations in registers,
-    plans that recompute much measured well above their prediction (a diagnostic run on GPT-2,
-    Llama and Qwen2, not committed); counted, and compiled in the plan's order
-    (:mod:`remat.lower.plan_order`), they measure 0.80-0.98x it (``benchmarks/plan_order.py``). A
-    forward-role value the backward computes first (the one-hot of a cross-entropy's labels) is
-    fused like any backward value: with it and in-place writes (:func:`simulate`), PyTorch's
-    no-recompute partition is predicted as ``benchmarks/plan_order.py`` prints in its
-    reference rows (BENCHMARKS.md)."""
+FAR = 16
+"""A fusible value whose first reader comes more than this many computes later is written to
+memory: inductor would compute it inside that reader, with its inputs alive until then, so
+:mod:`remat.lower.plan_order` has inductor write it where the schedule computes it."""
+
+HEAVY_OPS = frozenset({"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"})
+"""Ops that make inductor write a value several kernels read on a CPU rather than compute it
+again in each (``StorageBox.should_realize_on_reuse``)."""
+
+REALIZE_READS = 4
+"""A value several kernels read is written when computing it reads more buffers than this
+(inductor's ``realize_reads_threshold``)."""
+
+
+@dataclass
+class _Fused:
+    """Which computes write their value (``writes``), and the storages a value inductor
+    computes inside each of its readers keeps alive while it is resident (``holds``: compute
+    statement -> owners)."""
+
+    writes: list[bool]
+    holds: dict[int, list[int]]
+
+
+def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
+    """Under a fusing compiler (``CostModel.fused_memory``), which computes allocate memory.
+
+    A value is written to memory when its storage is materialized
+    (:func:`remat.cost.model.memory_materialized`: a kernel writes it), when the schedule
+    carries it from one phase into the other (a saved value), or when its first reader comes
+    more than :data:`FAR` computes later. Otherwise a fusible value lives in registers:
+    inductor computes it inside each kernel that reads it, so it takes no memory but keeps the
+    storages its expression reads alive while it is resident (``holds``); a kernel that reads
+    such a storage last through it may write into it (:func:`simulate`).
+
+    A recomputation (a forward value the backward computes again) several kernels read is
+    written where inductor would write it rather than compute it in each: on a CPU when its
+    expression holds a :data:`HEAVY_OPS` op, on any device when it reads more than
+    :data:`REALIZE_READS` buffers. A value computed from no tensor (zeros, a fill) is never
+    written unless it is an output: inductor computes it inside each reader, or fills a fresh
+    buffer there for a reader that needs one (that reader's output, which is counted). A
+    forward-role value the backward computes first (the one-hot of a cross-entropy's labels)
+    is fused like any backward value.
+
+    With these rules and in-place writes, compiled in the plan's order
+    (:mod:`remat.lower.plan_order`), remat's plans of Llama, Qwen2, GPT-2 and T5 without a
+    budget are predicted to within 4 bytes of their measured peaks on a CPU, and budgeted ones
+    at 1.00-1.06x (``benchmarks/plan_order.py``, BENCHMARKS.md). Before the holds and the
+    recomputation rule, every recomputation was counted written: budgeted plans were predicted
+    up to 1.25x their measured peak, and GPT-2 refused 0.6."""
     a = g._arrays
     ins = g.input_indices
     index = g._index
@@ -93,23 +129,54 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> list[bool]:
             smat[owner[i]] = True
     forward = a.forward.tolist()
     primal = a.primal.tolist()
-    out = [False] * len(schedule.statements)
+    users = np.diff(a.user_ptr).tolist()
+    on_cpu = profile_for_graph(g).name == "cpu"
+    heavy_op = [on_cpu and n.op.split(".")[0] in HEAVY_OPS for n in g.nodes]
+    # a value computed from no tensor (zeros, a fill, an arange): inductor computes it inside
+    # each reader, or fills a fresh buffer there for a reader that needs one (that reader's
+    # output, which the schedule counts)
+    const = [not primal[i] and not ins[i] for i in range(a.n)]
+    kept = (a.is_output | a.backward_output).tolist()
+    writes = [False] * len(schedule.statements)
+    holds: dict[int, list[int]] = {}
     occurrence = [-1] * a.n  # the statement that computed each resident value
+    ordinal = [0] * a.n  # how many computes came before it
+    read = [False] * a.n  # the resident value has been read
     phase = [False] * a.n
     in_forward = [False] * a.n  # computed in the forward phase
+    heavy = [False] * a.n  # a heavy op in the expression a reader computes
+    reads: list[frozenset] = [frozenset()] * a.n  # the storages that expression reads
     backward = False
+    computes = 0
     for k, st in enumerate(schedule.statements):
         i = index.get(st.node)
         if i is None or st.op != "compute":
             continue
         backward = backward or not forward[i]
         for j in ins[i]:
-            if not primal[j] and occurrence[j] >= 0 and phase[j] != backward:
-                out[occurrence[j]] = True  # carried across the phases: saved
-        occurrence[i], phase[i] = k, backward
+            if primal[j] or occurrence[j] < 0:
+                continue
+            if phase[j] != backward:
+                writes[occurrence[j]] = True  # carried across the phases: saved
+            if not read[j] and not const[j] and computes - ordinal[j] > FAR:
+                writes[occurrence[j]] = True  # its first reader is far
+            read[j] = True
+        inline = [j for j in ins[i] if not primal[j] and occurrence[j] >= 0 and not writes[occurrence[j]]]
+        heavy[i] = heavy_op[i] or any(heavy[j] for j in inline)
+        reads[i] = frozenset().union(*(reads[j] for j in inline)) | \
+            {owner[j] for j in ins[i] if j not in inline and not const[j]}
+        occurrence[i], ordinal[i], read[i], phase[i] = k, computes, False, backward
+        computes += 1
+        again = backward and in_forward[i]
         in_forward[i] = in_forward[i] or not backward
-        out[k] = out[k] or smat[owner[i]] or (backward and in_forward[i])
-    return out
+        if const[i]:
+            writes[k] = kept[i]
+            continue
+        writes[k] = smat[owner[i]] or (again and users[i] > 1 and (heavy[i] or len(reads[i]) > REALIZE_READS))
+        if not writes[k]:
+            holds[k] = sorted(reads[i])
+    # a value found written later (saved, or read far away) holds nothing
+    return _Fused(writes, {k: h for k, h in holds.items() if not writes[k]})
 
 
 def _dying(schedule: Schedule, index: dict[str, int]) -> list[list[int]]:
@@ -180,7 +247,21 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 return j
         return -1
 
-    allocates = _allocations(schedule, g, owner) if cm.fused_memory else None
+    def _held_donor(i: int, k: int) -> tuple[int, int] | None:
+        """A storage of ``i``'s size that only a register input of ``i`` dying at ``k``
+        holds (inductor computes that input inside ``i``'s kernel, which reads the storage
+        last and writes into it): (the register input, the storage); None if none."""
+        for r in dying[k]:
+            if r in ins[i] and not counted[r]:
+                for h in held[r]:
+                    if refs[h] == 1 and sizes[h] == sizes[i] and donor_ok[h]:
+                        return r, h
+        return None
+
+    fused = _allocations(schedule, g, owner) if cm.fused_memory else None
+    allocates = fused.writes if fused is not None else None
+    holding = fused.holds if fused is not None else {}
+    held: list = [()] * a.n  # storages a value computed inside its readers keeps alive
     counted = [True] * a.n  # the resident value holds a reference to its storage
     # a fused kernel writes its output into an input of the same size it reads last
     # (inductor's inplace_buffers): the output takes that storage over
@@ -209,13 +290,24 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 computed[i] = True
                 o = owner[i]
                 counted[i] = allocates is None or allocates[k]
+                held[i] = ()
+                if not counted[i] and k in holding:
+                    held[i] = [h for h in holding[k] if refs[h] > 0]
+                    for h in held[i]:
+                        refs[h] += 1
                 if counted[i]:
                     donor = _donor(i, k) if dying is not None and o == i and fusible[i] and \
                         not (backward and forward[i]) else -1
                     refs[o] += 1
+                    taken = _held_donor(i, k) if donor < 0 and dying is not None and o == i and fusible[i] \
+                        and not (backward and forward[i]) else None
                     if donor >= 0:  # i's storage is the donor's: nothing new is allocated
                         counted[donor] = False
                         refs[owner[donor]] -= 1
+                    elif taken is not None:  # a storage only a dying register input held
+                        r, h = taken
+                        held[r] = [x for x in held[r] if x != h]
+                        refs[h] -= 1
                     elif refs[o] == 1:
                         mem += sizes[o]
                 n_computes += 1
@@ -247,6 +339,11 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             else:
                 resident[i] = False
                 o = owner[i]
+                for h in held[i]:
+                    refs[h] -= 1
+                    if refs[h] == 0:
+                        mem -= sizes[h]
+                held[i] = ()
                 if counted[i]:
                     refs[o] -= 1
                     if refs[o] == 0:
