@@ -2,7 +2,7 @@
 
 A plan's peak is a property of its order: which values are alive together. Lowering puts the
 forward and backward modules in the schedule's order, and inductor's scheduler starts from it,
-but three of inductor's decisions move memory across the plan's peak. :func:`in_plan_order`,
+but four of inductor's decisions move memory across the plan's peak. :func:`in_plan_order`,
 installed by the backend while inductor compiles a plan of remat's, undoes each; PyTorch's
 partitioners and the fallback compile as inductor would.
 
@@ -26,12 +26,18 @@ partitioners and the fallback compile as inductor would.
   a dead buffer goes back to the allocator (CUDA's caching allocator, or malloc on a CPU),
   which reuses it without holding it. Kernels that write into an input they read last
   (``inplace_buffers``) still do: the simulator counts on that.
+- **Inlining into a far reader.** Inductor computes a pointwise value inside the kernel that
+  reads it: T5's sum of the LM head's and the decoder embedding's weight gradients, read by the
+  encoder embedding's a hundred kernels later, kept both alive until then. :func:`realize_far`
+  has inductor write a pointwise value whose first reader is more than
+  :data:`~remat.plans.simulator.FAR` nodes away where the plan computes it, as the simulator
+  counts it.
 
-On T5, Llama, Qwen2 and GPT-2 (``python benchmarks/plan_order.py``, BENCHMARKS.md) the three
-together bring every budgeted plan within its prediction, at the same step time. Before, the
-fusion veto let far kernels fuse where inductor's estimate of the starting order had room:
-fusions compounded, and T5 at 0.6 measured 1.17x its prediction (0.63 of PyTorch's
-no-recompute peak for a budget of 0.6); without far fusion and buffer reuse it measures 0.97x.
+On T5, Llama, Qwen2 and GPT-2 (``python benchmarks/plan_order.py``, BENCHMARKS.md) the four
+together bring every plan within its prediction, at the same step time. Before, the fusion veto
+let far kernels fuse where inductor's estimate of the starting order had room: fusions
+compounded, and T5 at 0.6 measured 1.17x its prediction (0.63 of PyTorch's no-recompute peak
+for a budget of 0.6).
 
 Without the choices hook (an older inductor) fusion is left alone.
 """

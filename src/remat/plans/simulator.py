@@ -116,7 +116,7 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     With these rules and in-place writes, compiled in the plan's order
     (:mod:`remat.lower.plan_order`), remat's plans of Llama, Qwen2, GPT-2 and T5 without a
     budget are predicted to within 4 bytes of their measured peaks on a CPU, and budgeted ones
-    at 1.00-1.06x (``benchmarks/plan_order.py``, BENCHMARKS.md). Before the holds and the
+    at 1.00-1.06x theirs, never below (``benchmarks/plan_order.py``, BENCHMARKS.md). Before the holds and the
     recomputation rule, every recomputation was counted written: budgeted plans were predicted
     up to 1.25x their measured peak, and GPT-2 refused 0.6."""
     a = g._arrays
