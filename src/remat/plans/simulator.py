@@ -135,7 +135,8 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     # a value computed from no tensor (zeros, a fill, an arange): inductor computes it inside
     # each reader, or fills a fresh buffer there for a reader that needs one (that reader's
     # output, which the schedule counts)
-    const = [not primal[i] and not ins[i] for i in range(a.n)]
+    tangent = [n.role == "tangent" for n in g.nodes]  # handed to the backward: real tensors
+    const = [not primal[i] and not ins[i] and not tangent[i] for i in range(a.n)]
     kept = (a.is_output | a.backward_output).tolist()
     writes = [False] * len(schedule.statements)
     holds: dict[int, list[int]] = {}
@@ -172,7 +173,8 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
         if const[i]:
             writes[k] = kept[i]
             continue
-        writes[k] = smat[owner[i]] or (again and users[i] > 1 and (heavy[i] or len(reads[i]) > REALIZE_READS))
+        writes[k] = smat[owner[i]] or tangent[i] or \
+            (again and users[i] > 1 and (heavy[i] or len(reads[i]) > REALIZE_READS))
         if not writes[k]:
             holds[k] = sorted(reads[i])
     # a value found written later (saved, or read far away) holds nothing
