@@ -249,15 +249,18 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 return j
         return -1
 
-    def _held_donor(i: int, k: int) -> tuple[int, int] | None:
-        """A storage of ``i``'s size that only a register input of ``i`` dying at ``k``
-        holds (inductor computes that input inside ``i``'s kernel, which reads the storage
-        last and writes into it): (the register input, the storage); None if none."""
+    def _held_donor(i: int, k: int) -> tuple[list[int], int] | None:
+        """A storage of ``i``'s size that only register inputs of ``i`` dying at ``k`` hold
+        (inductor computes them inside ``i``'s kernel, which reads the storage last and writes
+        into it): (those register inputs, the storage); None if none."""
+        holders: dict[int, list[int]] = {}
         for r in dying[k]:
             if r in ins[i] and not counted[r]:
                 for h in held[r]:
-                    if refs[h] == 1 and sizes[h] == sizes[i] and donor_ok[h]:
-                        return r, h
+                    holders.setdefault(h, []).append(r)
+        for h, rs in holders.items():
+            if refs[h] == len(rs) and sizes[h] == sizes[i] and donor_ok[h]:
+                return rs, h
         return None
 
     fused = _allocations(schedule, g, owner) if cm.fused_memory else None
@@ -306,10 +309,11 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                     if donor >= 0:  # i's storage is the donor's: nothing new is allocated
                         counted[donor] = False
                         refs[owner[donor]] -= 1
-                    elif taken is not None:  # a storage only a dying register input held
-                        r, h = taken
-                        held[r] = [x for x in held[r] if x != h]
-                        refs[h] -= 1
+                    elif taken is not None:  # a storage only dying register inputs held
+                        rs, h = taken
+                        for r in rs:
+                            held[r] = [x for x in held[r] if x != h]
+                        refs[h] -= len(rs)
                     elif refs[o] == 1:
                         mem += sizes[o]
                 n_computes += 1
