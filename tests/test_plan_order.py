@@ -11,7 +11,7 @@ import remat
 from remat.bench.measure import peak_memory
 from remat.lower import plan_order
 from remat.lower.plan_order import PlanOrderChoices, in_plan_order
-from remat.plans.budget import resident_bytes
+from remat.plans.budget import activation_bytes, resident_bytes
 
 
 class _Node:
@@ -212,3 +212,41 @@ def test_a_pointwise_value_read_far_away_is_written_where_it_is(hops, marked):
     assert bool(add.meta.get("inductor_realize_to_strides")) is marked
     cos = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.cos.default)
     assert not cos.meta.get("inductor_realize_to_strides")  # its reader is next to it
+
+
+class _LMLoss(nn.Module):
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids):
+        return self.lm(input_ids=ids, labels=ids).loss
+
+
+@pytest.mark.slow
+def test_gpt2_at_six_tenths_plans_and_keeps_its_budget_under_inductor(monkeypatch):
+    """GPT-2 (``benchmarks/budgets_vs_torch.py``'s quick size) at 0.6 of its activation memory:
+    refused while every recomputation was counted written (least memory predicted 0.62, measured
+    0.49), although PyTorch's knob reached 0.59; planned now, and kept."""
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setenv("REMAT_CACHE_DIR", "off")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1024, n_positions=64,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                                     eos_token_id=0)
+    lm = transformers.GPT2LMHeadModel(config)
+    lm.loss_type = "ForCausalLM"
+    model = _LMLoss(lm).train()
+    ids = torch.randint(0, 1024, (4, 64))
+    plans = []
+    step_fn = remat.compile(model, budget=0.6, cache=False, on_plan=lambda g, p: plans.append(p))
+
+    def step():
+        model.zero_grad(set_to_none=False)
+        step_fn(ids).backward()
+
+    measured = peak_memory(step, "cpu", warmup=2, timeline=False).peak_bytes
+    (plan,) = plans
+    predicted = plan.peak_bytes - resident_bytes(plan.graph)
+    assert predicted <= 0.6 * activation_bytes(plan.graph)
+    assert measured <= 1.02 * predicted, (measured, predicted)
