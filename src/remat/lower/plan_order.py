@@ -91,10 +91,9 @@ class PlanOrderChoices:
 def in_plan_order(near: int | None = None) -> Iterator[PlanOrderChoices | None]:
     """While inductor compiles inside this block, it keeps to the order it starts from: only
     near kernels fuse (:class:`PlanOrderChoices`, ``near`` default :data:`NEAR`), late
-    ``addmm`` fusions are split and values read far away written where they are
-    (:class:`PlanOrderPass`, after any post-grad pass configured)
-    and dead buffers are not held for reuse. Yields the handler, or None where inductor has no
-    choices hook."""
+    ``addmm`` fusions are split and values read far away are written where they are
+    (:class:`PlanOrderPass`, after any post-grad pass configured), and dead buffers are not
+    held for reuse. Yields the handler, or None where inductor has no choices hook."""
     split = PlanOrderPass(inductor_config.post_grad_custom_post_pass)
     with inductor_config.patch(post_grad_custom_post_pass=split, allow_buffer_reuse=False):
         try:
@@ -109,9 +108,10 @@ def in_plan_order(near: int | None = None) -> Iterator[PlanOrderChoices | None]:
             yield handler
 
 
-LATE = 16
+LATE = FAR
 """An ``addmm`` whose bias is ready more than this many graph nodes after its matrices is
-split back into ``mm`` (where the matrices are ready) and ``add`` (where the bias is)."""
+split back into ``mm`` (where the matrices are ready) and ``add`` (where the bias is): the
+same distance at which a value is written rather than computed inside its reader."""
 
 
 class PlanOrderPass(CustomGraphPass):
