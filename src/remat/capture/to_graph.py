@@ -39,7 +39,7 @@ from ..errors import UnsupportedGraphError
 from ..graph.graph import Graph, Node
 from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types, prefers_recompute_tag
 from .joint import size_hint as _hint
-from .workspace import measure_workspaces
+from .workspace import layout_copies, measure_workspaces
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -323,6 +323,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     for node in sorted(graph_nodes, key=lambda n: n.op != "call_function"):
         _check_supported(node)
     workspace = measure_workspaces(graph_nodes, compiler)  # convolutions' scratch, on the real device
+    copies = layout_copies(graph_nodes, compiler)  # inputs inductor copies to channels-last
     for node in graph_nodes:
         if node.op == "output":
             continue
@@ -351,6 +352,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             meta["checkpoint"] = "prefer_recompute" if prefers_recompute_tag(node) else "must_recompute"
         if node.name in workspace:
             meta["workspace"] = workspace[node.name]
+        if node.name in copies:
+            meta["layout_copy"] = copies[node.name]
         if _has_symbolic_shape(val):
             meta["sym_shape"] = [str(d) if _is_symbolic(d) else int(d) for d in val.shape]
         if node.op == "placeholder":

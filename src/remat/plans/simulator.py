@@ -104,10 +104,13 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     storages its expression reads alive while it is resident (``holds``); a kernel that reads
     such a storage last through it may write into it (:func:`simulate`).
 
-    A recomputation (a forward value the backward computes again) several kernels read is
-    written where inductor would write it rather than compute it in each: on a CPU when its
-    expression holds a :data:`HEAVY_OPS` op, on any device when it reads more than
-    :data:`REALIZE_READS` buffers. A value computed from no tensor (zeros, a fill) is never
+    A value several kernels read (counted for the copy the schedule computes: a recomputation's
+    readers are in the backward only) is written where inductor would write it rather than
+    compute it in each: on a CPU when its expression holds a :data:`HEAVY_OPS` op, on any device
+    when it reads more than :data:`REALIZE_READS` buffers. The rule holds for every value, not
+    only recomputations: a CNN's residual gradient that computes a recomputed ReLU inside
+    itself reads seven buffers, and inductor writes it (it was predicted 1 MB above its
+    measured peak when the rule was for recomputations only). A value computed from no tensor (zeros, a fill) is never
     written unless it is an output: inductor computes it inside each reader, or fills a fresh
     buffer there for a reader that needs one (that reader's output, which is counted). A
     forward-role value the backward computes first (the one-hot of a cross-entropy's labels)
@@ -129,7 +132,6 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
             smat[owner[i]] = True
     forward = a.forward.tolist()
     primal = a.primal.tolist()
-    users = np.diff(a.user_ptr).tolist()
     on_cpu = profile_for_graph(g).name == "cpu"
     heavy_op = [on_cpu and n.op.split(".")[0] in HEAVY_OPS for n in g.nodes]
     # a value computed from no tensor (zeros, a fill, an arange): inductor computes it inside
@@ -138,13 +140,13 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     tangent = [n.role == "tangent" for n in g.nodes]  # handed to the backward: real tensors
     const = [not primal[i] and not ins[i] and not tangent[i] for i in range(a.n)]
     kept = (a.is_output | a.backward_output).tolist()
+    readers = _readers(schedule, g)
     writes = [False] * len(schedule.statements)
     holds: dict[int, list[int]] = {}
     occurrence = [-1] * a.n  # the statement that computed each resident value
     ordinal = [0] * a.n  # how many computes came before it
     read = [False] * a.n  # the resident value has been read
     phase = [False] * a.n
-    in_forward = [False] * a.n  # computed in the forward phase
     heavy = [False] * a.n  # a heavy op in the expression a reader computes
     reads: list[frozenset] = [frozenset()] * a.n  # the storages that expression reads
     backward = False
@@ -168,17 +170,55 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
             {owner[j] for j in ins[i] if j not in inline and not const[j]}
         occurrence[i], ordinal[i], read[i], phase[i] = k, computes, False, backward
         computes += 1
-        again = backward and in_forward[i]
-        in_forward[i] = in_forward[i] or not backward
         if const[i]:
             writes[k] = kept[i]
             continue
         writes[k] = smat[owner[i]] or tangent[i] or \
-            (again and users[i] > 1 and (heavy[i] or len(reads[i]) > REALIZE_READS))
+            (readers[k] > 1 and (heavy[i] or len(reads[i]) > REALIZE_READS))
         if not writes[k]:
             holds[k] = sorted(reads[i])
     # a value found written later (saved, or read far away) holds nothing
     return _Fused(writes, {k: h for k, h in holds.items() if not writes[k]})
+
+
+def _readers(schedule: Schedule, g: Graph) -> list[int]:
+    """For each compute statement, how many compute statements read that value before it is
+    computed again (the readers of that copy: a recomputation's are in the backward only)."""
+    index = g._index
+    ins = g.input_indices
+    count = [0] * len(schedule.statements)
+    current: dict[int, int] = {}  # node -> its latest compute statement
+    for k, st in enumerate(schedule.statements):
+        i = index.get(st.node)
+        if i is None or st.op != "compute":
+            continue
+        for j in set(ins[i]):
+            if j in current:
+                count[current[j]] += 1
+        current[i] = k
+    return count
+
+
+def _layout_copies(schedule: Schedule, g: Graph) -> dict[int, int]:
+    """``{statement: bytes}``: the channels-last copies of graph inputs inductor makes for
+    convolutions (``meta["layout_copy"]``, :func:`remat.capture.workspace.layout_copies`),
+    made when the step starts and freed after the last statement that reads their input."""
+    size = {i: int(n.meta["layout_copy"]) for i, n in enumerate(g.nodes) if n.meta and n.meta.get("layout_copy")}
+    if not size:
+        return {}
+    index = g._index
+    ins = g.input_indices
+    last: dict[int, int] = {}
+    for k, st in enumerate(schedule.statements):
+        i = index.get(st.node)
+        if i is not None and st.op == "compute":
+            for j in ins[i]:
+                if j in size:
+                    last[j] = k
+    ends: dict[int, int] = {}
+    for j, k in last.items():
+        ends[k] = ends.get(k, 0) + size[j]
+    return ends
 
 
 def _dying(schedule: Schedule, index: dict[str, int]) -> list[list[int]]:
@@ -214,7 +254,8 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     computed = [False] * a.n
     errors: list[str] = []
     constant = constant_bytes(g)
-    mem = constant
+    copy_ends = _layout_copies(schedule, g)
+    mem = constant + sum(copy_ends.values())
     peak, peak_at = mem, -1
     tl: list[int] = []
     op_cost = cm.op_costs(g)
@@ -356,6 +397,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                         mem -= sizes[o]
         else:
             err(f"statement {k}: unknown op {st.op!r}")
+        mem -= copy_ends.pop(k, 0)
         if timeline:
             tl.append(mem)
     missing_req = np.flatnonzero(required_nodes(g) & ~np.array(computed, dtype=bool)).tolist()
