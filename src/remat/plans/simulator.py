@@ -10,7 +10,11 @@ under the cost model (:mod:`remat.cost.model`).
 Under a fusing compiler (``CostModel.fused_memory``) a value fused kernels keep in registers
 takes no memory but keeps what it reads alive (:func:`_allocations`), and a kernel that reads
 an input for the last time writes its output into that input's storage when both have the
-same size (inductor's ``inplace_buffers``): the two are not allocated together.
+same size (inductor's ``inplace_buffers``): the two are not allocated together. For a graph
+captured on a CPU, a free between kernels waits for the next extern kernel (a matmul, a
+convolution): inductor's C++ backend emits consecutive kernels as one function and frees what
+died after it. Graph inputs inductor copies to channels-last for its convolutions
+(``meta["layout_copy"]``) are resident from the step's start to their input's last reader.
 
 Memory counts the inputs and parameters (resident throughout, Checkmate's constant
 overhead) plus every computed value until it is freed; a view shares its base's storage,
@@ -235,8 +239,10 @@ def _dying(schedule: Schedule, index: dict[str, int]) -> list[list[int]]:
 
 
 def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
-             timeline: bool = True) -> SimResult:
-    """Replay ``schedule`` on its graph; see the module docstring for the rules."""
+             timeline: bool = True, kernel_groups: bool = True) -> SimResult:
+    """Replay ``schedule`` on its graph; see the module docstring for the rules.
+    ``kernel_groups=False`` frees values where the schedule says even in a CPU kernel group
+    (see below): for a partition inductor compiles in its own order."""
     g: Graph = schedule.graph
     cm = cost_model or default_cost_model(g)
     a = g._arrays
@@ -314,12 +320,37 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     dying = _dying(schedule, index) if cm.fused_memory else None
     donor_ok = [not primal[i] and n.role != "tangent" for i, n in enumerate(g.nodes)]
 
+    # on a CPU, inductor's C++ backend emits consecutive kernels as one function, allocating
+    # their outputs before it and freeing what died after it: a storage that dies between
+    # kernels stays allocated until the next library call (an extern kernel: a matmul, a
+    # convolution) or the phase's end, though a kernel may still write into it in place.
+    # GPT-NeoX's plan for 0.8 measured 1.6% above its prediction: a recomputed layer norm's
+    # output was allocated beside the logits and their gradient, which the schedule had freed
+    grouped = fused is not None and kernel_groups and ((g.meta or {}).get("device") or {}).get("type") == "cpu"
+    in_group = False
+    pending = 0  # bytes of storages dead in the open group
+
+    def drop(o: int) -> None:
+        nonlocal mem, pending
+        if in_group:
+            pending += sizes[o]
+        else:
+            mem -= sizes[o]
+
+    def flush() -> None:
+        nonlocal mem, pending, in_group
+        mem -= pending
+        pending = 0
+        in_group = False
+
     for k, st in enumerate(schedule.statements):
         i = index.get(st.node)
         if i is None:
             err(f"statement {k}: {st} names no node of the graph")
             tl.append(mem)
             continue
+        if grouped and st.op == "compute" and (not fusible[i] or (not backward and not forward[i])):
+            flush()  # a library call, or the backward's graph starts
         if st.op == "compute":
             if primal[i]:
                 err(f"statement {k}: {st}: inputs and parameters are resident, never computed")
@@ -376,6 +407,8 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                         traffic_total += raw[j]
                 flops_total += flops[i]
                 kernels += mat[i]
+                if grouped and fusible[i] and counted[i]:
+                    in_group = True  # a kernel: until the next flush, frees wait
                 if mem + work[i] > peak:
                     peak, peak_at = mem + work[i], k
         elif st.op == "free":
@@ -389,17 +422,18 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 for h in held[i]:
                     refs[h] -= 1
                     if refs[h] == 0:
-                        mem -= sizes[h]
+                        drop(h)
                 held[i] = ()
                 if counted[i]:
                     refs[o] -= 1
                     if refs[o] == 0:
-                        mem -= sizes[o]
+                        drop(o)
         else:
             err(f"statement {k}: unknown op {st.op!r}")
         mem -= copy_ends.pop(k, 0)
         if timeline:
             tl.append(mem)
+    flush()
     missing_req = np.flatnonzero(required_nodes(g) & ~np.array(computed, dtype=bool)).tolist()
     for i in missing_req[:5]:
         err(f"required node {g.nodes[i].name!r} is never computed")
