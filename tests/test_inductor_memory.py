@@ -421,3 +421,14 @@ def test_a_layout_copy_is_resident_from_the_start_to_its_input_s_last_reader():
         for n in g.nodes]), ["x"]), CostModel())
     assert [b - p for b, p in zip(r.timeline, plain.timeline)] == \
         [W if k < reader else 0 for k in range(len(s.statements))]
+
+
+def test_an_embedding_is_a_gather_inductor_computes_inside_its_readers():
+    """PyTorch's op lists leave ``aten.embedding`` out of its fusible ops, but inductor lowers it
+    to a pointwise gather: counted as written, a recomputed embedding held its storage where
+    inductor reads the table, and GPT-2's and T5's least-memory plans were predicted 3% and 6%
+    above their measured peaks."""
+    emb = torch.nn.Embedding(50, 8)
+    g = remat.plan(lambda ids: emb(ids).sin().sum(), torch.randint(0, 50, (4, 16)), cache=False).graph
+    (node,) = [n for n in g.nodes if n.op.startswith("embedding.")]
+    assert node.fusible and node.category == "pointwise"
