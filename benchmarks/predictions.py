@@ -1,0 +1,92 @@
+"""Is the simulator right? Each plan's predicted peak beside its measured one.
+
+For each model and budget: ``remat.compile(model, budget=B)`` (``none``: no budget) under the
+chosen compiler, one step to plan and compile, then the step's measured peak above its start
+(profiler allocation records on a CPU, the CUDA allocator on a GPU) beside the plan's
+prediction (the simulator's peak less what is resident before the step), both also as
+fractions of the activation memory. No step times: ``budgets_vs_torch.py`` and
+``plan_order.py`` time steps. Models are ``budgets_vs_torch.py``'s ``quick`` ones, and
+``gptneox``: ``benchmarks/gptneox_trial.py``'s model called as a user calls it (it returns
+its logits and caches beside the loss, and the step holds them through the backward).
+
+    PYTHONPATH=src python benchmarks/predictions.py [--models gpt2,t5,llama,qwen2,cnn,resnet18,gptneox]
+        [--budgets none,0.6,min] [--compiler inductor] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+os.environ["REMAT_CACHE_DIR"] = "off"
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import budgets_vs_torch as bvt  # noqa: E402
+
+import remat  # noqa: E402
+from remat.bench.measure import peak_memory  # noqa: E402
+from remat.plans.budget import activation_bytes, resident_bytes  # noqa: E402
+
+
+def _budget(text: str):
+    return {} if text == "none" else {"budget": text if text == "min" else float(text)}
+
+
+def _case(name: str, device: str):
+    """(model, step maker) of one model: ``make(fn, model)`` returns the step to measure."""
+    if name == "gptneox":
+        import gptneox_trial as trial
+
+        ids = torch.randint(0, 1024, (4, 64), generator=torch.Generator().manual_seed(1)).to(device)
+        return trial.build().to(device), lambda fn, model: trial.make(fn, model, ids, hold=True)
+    case = bvt.build(name, "quick", torch.float32, device)
+
+    def make(fn, model):
+        return bvt.make_step(fn, model, bvt._copy_inputs(case.inputs), "keep")
+    return case.model, make
+
+
+def row(name: str, budget: str, args) -> str:
+    base, make = _case(name, args.device)
+    model = copy.deepcopy(base)
+    plans: list = []
+    torch._dynamo.reset()
+    fn = remat.compile(model, compiler=args.compiler, cache=False, dynamic=False,
+                       on_plan=lambda g, p: plans.append(p), **_budget(budget))
+    step = make(fn, model)
+    try:
+        step()
+    except remat.InfeasibleBudgetError as e:
+        return f"| {name} | {budget} | infeasible (least {e.smallest_feasible:,} B) | | | | | |"
+    held = list(model.parameters()) + list(model.buffers())
+    measured = int(peak_memory(step, args.device, warmup=1, timeline=False, held=held).peak_bytes)
+    predicted = sum(int(p.peak_bytes) - resident_bytes(p.graph) for p in plans)
+    act = sum(activation_bytes(p.graph) for p in plans)
+    return (f"| {name} | {budget} | {measured:,} | {predicted:,} | {measured - predicted:+,} | "
+            f"{measured / predicted:.4f} | {measured / act:.3f} | {predicted / act:.3f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="gpt2,t5,llama,qwen2,cnn,resnet18,gptneox")
+    ap.add_argument("--budgets", default="none,0.6,min")
+    ap.add_argument("--compiler", default="inductor")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    print("| model | budget | measured (B) | predicted (B) | measured - predicted | ratio "
+          "| measured fraction | predicted fraction |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        for budget in args.budgets.split(","):
+            print(row(name, budget, args), flush=True)
+
+
+if __name__ == "__main__":
+    main()
