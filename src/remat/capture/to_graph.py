@@ -39,7 +39,7 @@ from ..errors import UnsupportedGraphError
 from ..graph.graph import Graph, Node
 from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types, prefers_recompute_tag
 from .joint import size_hint as _hint
-from .workspace import layout_copies, measure_workspaces
+from .workspace import inductor_channels_last, layout_copies, measure_workspaces
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -327,8 +327,10 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     # report a higher-order op itself before the get_attr nodes that hold its subgraphs
     for node in sorted(graph_nodes, key=lambda n: n.op != "call_function"):
         _check_supported(node)
-    workspace = measure_workspaces(graph_nodes, compiler)  # convolutions' scratch, on the real device
-    copies = layout_copies(graph_nodes, compiler)  # inputs inductor copies to channels-last
+    channels_last = compiler == "inductor" and inductor_channels_last(joint.gm)  # inductor's layout choice
+    # convolutions' scratch, on the real device and in that layout; the inputs copied to it
+    workspace = measure_workspaces(graph_nodes, compiler, channels_last)
+    copies = layout_copies(graph_nodes, channels_last)
     for node in graph_nodes:
         if node.op == "output":
             continue

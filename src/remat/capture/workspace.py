@@ -15,11 +15,10 @@ On a CPU the profiler's allocation records give the transient, on CUDA the alloc
 statistics. The operands take the layout the compiler will give them: inductor runs a graph's
 convolutions on channels-last tensors when its layout optimization applies (always on a CPU
 with oneDNN; the graph's inputs are copied, :func:`layout_copies`), and oneDNN's scratch
-depends on it: a 16-channel 32x32 convolution backward at batch 16 takes 30 KB on
-channels-last operands and 2.1 MB on contiguous ones (reorders), while ResNet-18 tiny's
-8-channel backward convolutions take 0.9 MB channels-last against 0.7 MB contiguous. Nothing is measured (the cost model's
-formula stands) when a profiler is already running (it cannot be nested), for ops on other
-devices, or with ``REMAT_MEASURE_WORKSPACE=0``.
+depends on it both ways: the ConvBN CNN's backward convolutions take far less channels-last
+(no reorders), ResNet-18 tiny's narrow ones more (``tests/test_inductor_memory.py``). Nothing
+is measured (the cost model's formula stands) when a profiler is already running (it cannot be
+nested), for ops on other devices, or with ``REMAT_MEASURE_WORKSPACE=0``.
 """
 
 from __future__ import annotations
@@ -129,15 +128,15 @@ def _channels_last(val: torch.Tensor) -> bool:
     return bool(val.is_contiguous(memory_format=fmt))
 
 
-def layout_copies(nodes: Iterable[fx.Node], compiler: str = "inductor") -> dict[str, int]:
+def layout_copies(nodes: Iterable[fx.Node], channels_last: bool) -> dict[str, int]:
     """``{placeholder name: bytes}``: the graph inputs inductor copies to channels-last for a
-    graph's convolutions when its layout optimization applies (:func:`inductor_channels_last`).
-    Inductor makes the copies when the forward starts and hands the backward the copies in
-    place of the inputs, so each lives until the input's last reader (an image until its
-    convolution's weight gradient, a weight until its input gradient) beside the original."""
-    nodes = list(nodes)
+    graph's convolutions when its layout optimization applies (``channels_last``:
+    :func:`inductor_channels_last`). Inductor makes the copies when the forward starts and
+    hands the backward the copies in place of the inputs, so each lives until the input's last
+    reader (an image until its convolution's weight gradient, a weight until its input
+    gradient) beside the original."""
     convs = [n for n in nodes if n.op == "call_function" and n.target is torch.ops.aten.convolution.default]
-    if compiler != "inductor" or not convs or not inductor_channels_last(convs[0].graph.owning_module):
+    if not channels_last:
         return {}
     out: dict[str, int] = {}
     for n in convs:
@@ -149,17 +148,18 @@ def layout_copies(nodes: Iterable[fx.Node], compiler: str = "inductor") -> dict[
     return out
 
 
-def measure_workspaces(nodes: Iterable[fx.Node], compiler: str = "inductor") -> dict[str, int]:
+def measure_workspaces(nodes: Iterable[fx.Node], compiler: str = "inductor",
+                       channels_last: bool = False) -> dict[str, int]:
     """``{node name: transient bytes}`` for the nodes among ``nodes`` that run an op of
     :data:`MEASURED_OPS` (:data:`EAGER_MEASURED_OPS` when ``compiler="eager"``) on a CPU or
-    CUDA device (see the module docstring)."""
+    CUDA device (see the module docstring); convolutions on channels-last operands when
+    ``channels_last`` (:func:`inductor_channels_last`)."""
     ops = EAGER_MEASURED_OPS if compiler == "eager" else MEASURED_OPS
     todo = [n for n in nodes if n.op == "call_function" and str(n.target) in ops
             and _device(n) in ("cpu", "cuda")]
     if not todo or not _enabled() or torch.autograd.profiler._is_profiler_enabled:
         return {}
-    cl = compiler == "inductor" and inductor_channels_last(todo[0].graph.owning_module)
-    keys = {n.name: (n.target, _spec(list(n.args), cl and "convolution" in str(n.target))[1],
+    keys = {n.name: (n.target, _spec(list(n.args), channels_last and "convolution" in str(n.target))[1],
                      tuple((k, _spec(v)) for k, v in n.kwargs.items()))
             for n in todo}
     missing = {k: n for n in todo if (k := keys[n.name]) not in _CACHE}

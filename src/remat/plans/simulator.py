@@ -114,18 +114,19 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     when it reads more than :data:`REALIZE_READS` buffers. The rule holds for every value, not
     only recomputations: a CNN's residual gradient that computes a recomputed ReLU inside
     itself reads seven buffers, and inductor writes it (it was predicted 1 MB above its
-    measured peak when the rule was for recomputations only). A value computed from no tensor (zeros, a fill) is never
-    written unless it is an output: inductor computes it inside each reader, or fills a fresh
+    measured peak when the rule was for recomputations only). A value computed from no tensor
+    (zeros, a fill) is never written unless it is an output: inductor computes it inside each reader, or fills a fresh
     buffer there for a reader that needs one (that reader's output, which is counted). A
     forward-role value the backward computes first (the one-hot of a cross-entropy's labels)
     is fused like any backward value.
 
-    With these rules and in-place writes, compiled in the plan's order
-    (:mod:`remat.lower.plan_order`), remat's plans of Llama, Qwen2, GPT-2 and T5 without a
-    budget are predicted to within 4 bytes of their measured peaks on a CPU, and budgeted ones
-    at 1.00-1.06x theirs, never below (``benchmarks/plan_order.py``, BENCHMARKS.md). Before the holds and the
-    recomputation rule, every recomputation was counted written: budgeted plans were predicted
-    up to 1.25x their measured peak, and GPT-2 refused 0.6."""
+    With these rules, in-place writes and the CPU's kernel groups (:func:`simulate`),
+    compiled in the plan's order (:mod:`remat.lower.plan_order`), remat's plans of GPT-2, T5,
+    Llama, Qwen2 and a CNN without a budget, at 0.6 and at ``min`` are predicted within 1 KB
+    of their measured peaks on a CPU, ResNet-18's within 0.3% (``benchmarks/predictions.py``,
+    BENCHMARKS.md). Before the holds and the recomputation rule, every recomputation was
+    counted written: budgeted plans were predicted up to 1.25x their measured peak, and GPT-2
+    refused 0.6."""
     a = g._arrays
     ins = g.input_indices
     index = g._index
@@ -286,28 +287,26 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         if len(errors) < _MAX_ERRORS:
             errors.append(msg)
 
-    def _donor(i: int, k: int) -> int:
-        """An input of ``i`` whose storage ``i`` can write into: it dies at statement ``k``,
-        holds its storage alone and has ``i``'s size; -1 if none."""
-        for j in dying[k]:
-            oj = owner[j]
-            if donor_ok[j] and counted[j] and resident[j] and refs[oj] == 1 and sizes[oj] == sizes[i] \
-                    and j in ins[i]:
-                return j
-        return -1
-
-    def _held_donor(i: int, k: int) -> tuple[list[int], int] | None:
-        """A storage of ``i``'s size that only register inputs of ``i`` dying at ``k`` hold
-        (inductor computes them inside ``i``'s kernel, which reads the storage last and writes
-        into it): (those register inputs, the storage); None if none."""
-        holders: dict[int, list[int]] = {}
+    def _donor(i: int, k: int) -> tuple[list[int], list[int], int] | None:
+        """A storage of ``i``'s size that only inputs of ``i`` dying at statement ``k``
+        reference: inputs living in it, or register inputs holding it (inductor computes those
+        inside ``i``'s kernel). That kernel reads the storage last and writes into it
+        (``inplace_buffers``). Returns (the inputs living in it, the register inputs holding
+        it, the storage), or None."""
+        direct: dict[int, list[int]] = {}
+        via: dict[int, list[int]] = {}
         for r in dying[k]:
-            if r in ins[i] and not counted[r]:
+            if r not in ins[i] or not resident[r]:
+                continue
+            if counted[r]:
+                direct.setdefault(owner[r], []).append(r)
+            else:
                 for h in held[r]:
-                    holders.setdefault(h, []).append(r)
-        for h, rs in holders.items():
-            if refs[h] == len(rs) and sizes[h] == sizes[i] and donor_ok[h]:
-                return rs, h
+                    via.setdefault(h, []).append(r)
+        for h in dict.fromkeys([*direct, *via]):
+            d, v = direct.get(h, []), via.get(h, [])
+            if refs[h] == len(d) + len(v) and sizes[h] == sizes[i] and donor_ok[h]:
+                return d, v, h
         return None
 
     fused = _allocations(schedule, g, owner) if cm.fused_memory else None
@@ -373,19 +372,16 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                     for h in held[i]:
                         refs[h] += 1
                 if counted[i]:
-                    donor = _donor(i, k) if dying is not None and o == i and fusible[i] and \
-                        not (backward and forward[i]) else -1
+                    taken = _donor(i, k) if dying is not None and o == i and fusible[i] and \
+                        not (backward and forward[i]) else None
                     refs[o] += 1
-                    taken = _held_donor(i, k) if donor < 0 and dying is not None and o == i and fusible[i] \
-                        and not (backward and forward[i]) else None
-                    if donor >= 0:  # i's storage is the donor's: nothing new is allocated
-                        counted[donor] = False
-                        refs[owner[donor]] -= 1
-                    elif taken is not None:  # a storage only dying register inputs held
-                        rs, h = taken
-                        for r in rs:
+                    if taken is not None:  # i writes into the donor's storage: nothing new
+                        direct, via, h = taken
+                        for r in direct:
+                            counted[r] = False
+                        for r in via:
                             held[r] = [x for x in held[r] if x != h]
-                        refs[h] -= len(rs)
+                        refs[h] -= len(direct) + len(via)
                     elif refs[o] == 1:
                         mem += sizes[o]
                 n_computes += 1

@@ -10,7 +10,8 @@ prices, so one family of cuts spans the whole trade-off:
   write, the reads of a non-fusible op's inputs and a kernel launch. Only random ops,
   ``must_save`` values and convolutions of the graph's inputs inductor runs channels-last
   (:func:`channels_last_convolutions`) stay banned (fresh randomness is never allowed), and
-  ``must_recompute`` values are never saved. Prices are byte-equivalents: seconds times the device's bandwidth.
+  ``must_recompute`` values are never saved. Prices are byte-equivalents: seconds times the
+  device's bandwidth.
 - **memory** costs ``lam`` per byte a saved value holds across the forward and backward: the arc
   ``i_in -> i_out`` costs ``traffic_i + lam * bytes_i``.
 
