@@ -381,6 +381,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     meta: dict = {"device": _device_info(joint, nodes), "compiler": compiler}
     if symbols:
         meta["dynamic"] = {"symbols": symbols}
+    if channels_last:  # the backward compiles in it too (remat.lower.backend._compile_graph)
+        meta["channels_last"] = True
     return Graph(nodes, name=name, meta=meta)
 
 

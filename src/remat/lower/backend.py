@@ -10,6 +10,7 @@ dynamo lets through (:func:`surfaced`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import re
@@ -78,7 +79,9 @@ def _compile_graph(part: RematPartitioner, gm: torch.fx.GraphModule, example_inp
     partitioners and the fallback compile as inductor would."""
     if not part.keeps_order:
         return compile_fx_inner(gm, example_inputs, **kwargs)
-    with in_plan_order():
+    layout = inductor_config.patch(force_layout_optimization=True) \
+        if part.channels_last and kwargs.get("is_backward") else contextlib.nullcontext()
+    with in_plan_order(), layout:
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
 

@@ -66,6 +66,7 @@ class RematPartitioner(CustomPartitionerFn):
         self.graph_name = graph_name
         self.fell_back: list[str] = []
         self.keeps_order = False  # remat's own plan: compile in its order (remat.lower.plan_order)
+        self.channels_last = False  # and the backward's convolutions channels-last, as planned
 
     def uuid(self) -> str:
         """Everything that decides the partition (the callback does not), so that inductor's
@@ -92,6 +93,7 @@ class RematPartitioner(CustomPartitionerFn):
             fw, bw = lower(joint, plan)
             # a plan's peak holds only in its order: inductor keeps to it (plan_order)
             self.keeps_order = True
+            self.channels_last = bool(graph.meta.get("channels_last"))
             self._report(plan)
             return fw, bw
         except InfeasibleBudgetError:

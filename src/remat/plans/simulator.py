@@ -145,6 +145,10 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     tangent = [n.role == "tangent" for n in g.nodes]  # handed to the backward: real tensors
     const = [not primal[i] and not ins[i] and not tangent[i] for i in range(a.n)]
     kept = (a.is_output | a.backward_output).tolist()
+    # an item of a tuple in a storage of its own is a buffer its op writes (a convolution's
+    # input gradient; a var_mean's mean and variance are two)
+    container = [bool(n.meta and n.meta.get("container")) for n in g.nodes]
+    item = [len(ins[i]) == 1 and container[ins[i][0]] and owner[i] == i for i in range(a.n)]
     readers = _readers(schedule, g)
     writes = [False] * len(schedule.statements)
     holds: dict[int, list[int]] = {}
@@ -178,7 +182,7 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
         if const[i]:
             writes[k] = kept[i]
             continue
-        writes[k] = smat[owner[i]] or tangent[i] or \
+        writes[k] = smat[owner[i]] or tangent[i] or item[i] or \
             (readers[k] > 1 and (heavy[i] or len(reads[i]) > REALIZE_READS))
         if not writes[k]:
             holds[k] = sorted(reads[i])
