@@ -459,24 +459,3 @@ def test_an_embedding_is_a_gather_inductor_computes_inside_its_readers():
     g = remat.plan(lambda ids: emb(ids).sin().sum(), torch.randint(0, 50, (4, 16)), cache=False).graph
     (node,) = [n for n in g.nodes if n.op.startswith("embedding.")]
     assert node.fusible and node.category == "pointwise"
-
-
-def test_no_frontier_plan_recomputes_the_image_s_convolution_inductor_runs_channels_last():
-    """Saved sets that recompute ResNet-18's stem convolution under inductor's channels-last
-    layout measured 8-15% above their prediction (CPU), untraced: the frontier does not offer
-    them there, and still does op by op."""
-    from torch import nn
-
-    from remat.solvers.mincut.frontier import frontier
-    from remat.zoo.cnn import ConvBN
-
-    torch.manual_seed(0)
-    model = ConvBN(channels=8, blocks=1)
-    x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
-    for compiler, recomputed in (("inductor", False), ("eager", True)):
-        g = remat.plan(lambda x: nn.functional.cross_entropy(model(x), y), x, cache=False,
-                       for_compiler=compiler).graph
-        stem = next(n.name for n in g.nodes if n.op.startswith("convolution.")
-                    and g[n.inputs[0]].role == "input")
-        # the least-memory vertex recomputes everything it may
-        assert (stem not in frontier(g)[-1].saved) is recomputed, compiler

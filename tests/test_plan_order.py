@@ -313,3 +313,37 @@ def test_a_depthwise_cnn_s_plans_under_inductor_measure_what_they_predict(monkey
     measured, predicted, activation = _measured_and_predicted(model, step_fn, (x, y), plans)
     assert predicted < activation
     assert predicted * 0.98 <= measured <= 1.02 * predicted, (measured, predicted)
+
+
+@pytest.mark.slow
+def test_resnet18_s_least_memory_plan_goes_below_the_knob_s_and_measures_what_it_predicts(monkeypatch):
+    """ResNet-18 tiny (``budgets_vs_torch.py`` quick): PyTorch's knob at 0.2 measures 0.68 of the
+    activation memory; remat's frontier stopped at 0.77. The peak descent recomputes the stem
+    convolution among others (0.66), and such plans now measure what they predict: before the
+    backward compiled channels-last, recomputing the stem measured 8-15% above its prediction.
+    On one thread, as ``budgets_vs_torch.py`` times: on two, inductor fuses this backward's
+    kernels differently (the same saved set measured 13.7% above its prediction, open)."""
+    monkeypatch.setenv("REMAT_CACHE_DIR", "off")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _resnet18_least_memory()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _resnet18_least_memory() -> None:
+    from remat.zoo.cnn import BasicBlock, ResNet
+
+    torch.manual_seed(0)
+    model = ResNet(BasicBlock, (1, 1, 1, 1), 8, 10)
+    x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+    plans = []
+    step_fn = remat.compile(lambda x: nn.functional.cross_entropy(model(x), y), budget="min", cache=False,
+                            on_plan=lambda g, p: plans.append(p))
+    measured, predicted, activation = _measured_and_predicted(model, step_fn, (x,), plans)
+    stem = next(n.name for n in plans[0].graph.nodes if n.op.startswith("convolution.")
+                and plans[0].graph[n.inputs[0]].role == "input")
+    assert stem not in plans[0].saved_names
+    assert measured < 0.68 * activation
+    assert predicted * 0.98 <= measured <= 1.02 * predicted, (measured, predicted)

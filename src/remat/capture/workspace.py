@@ -16,7 +16,13 @@ statistics. The operands take the layout the compiler will give them: inductor r
 convolutions on channels-last tensors when its layout optimization applies (always on a CPU
 with oneDNN; the graph's inputs are copied, :func:`layout_copies`), and oneDNN's scratch
 depends on it both ways: the ConvBN CNN's backward convolutions take far less channels-last
-(no reorders), ResNet-18 tiny's narrow ones more (``tests/test_inductor_memory.py``). Nothing
+(no reorders), ResNet-18 tiny's narrow ones more (``tests/test_inductor_memory.py``). Inductor
+decides the layout per graph, and a backward graph holds no convolution unless it recomputes
+one: left to itself, it runs ``convolution_backward`` on whatever layouts its kernels leave,
+and oneDNN reorders them (a MobileNetV2-like CNN's 4 MB depthwise input took 12.6 MB of
+scratch, 4.6 KB channels-last). remat therefore compiles the backward of a plan of its own
+channels-last whenever the forward is (:func:`remat.lower.backend._compile_graph`), so the
+layout measured here is the one that runs. Nothing
 is measured (the cost model's formula stands) when a profiler is already running (it cannot be
 nested), for ops on other devices, or with ``REMAT_MEASURE_WORKSPACE=0``.
 """

@@ -75,8 +75,10 @@ class RematBackend:
 
 def _compile_graph(part: RematPartitioner, gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """Inductor's compilation of the forward or backward module ``part`` made, kept to the
-    plan's order when the plan is remat's own (:mod:`remat.lower.plan_order`); PyTorch's
-    partitioners and the fallback compile as inductor would."""
+    plan's order when the plan is remat's own (:mod:`remat.lower.plan_order`), its backward
+    channels-last when the forward is (inductor would decide again on the backward alone,
+    which holds no convolution: :mod:`remat.capture.workspace`); PyTorch's partitioners and
+    the fallback compile as inductor would."""
     if not part.keeps_order:
         return compile_fx_inner(gm, example_inputs, **kwargs)
     layout = inductor_config.patch(force_layout_optimization=True) \

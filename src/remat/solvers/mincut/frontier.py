@@ -7,9 +7,8 @@ prices, so one family of cuts spans the whole trade-off:
 - **recomputation** is priced instead of banned: an arc ``s -> i_in`` (cut when the backward
   runs ``i`` again) costs what the simulator will count for it: ``i``'s FLOPs at the device's
   peak and, for a value written to memory (not fusible, or read by an op that is not), the
-  write, the reads of a non-fusible op's inputs and a kernel launch. Only random ops,
-  ``must_save`` values and convolutions of the graph's inputs inductor runs channels-last
-  (:func:`channels_last_convolutions`) stay banned (fresh randomness is never allowed), and
+  write, the reads of a non-fusible op's inputs and a kernel launch. Only random ops and
+  ``must_save`` values stay banned (fresh randomness is never allowed), and
   ``must_recompute`` values are never saved. Prices are byte-equivalents: seconds times the
   device's bandwidth.
 - **memory** costs ``lam`` per byte a saved value holds across the forward and backward: the arc
@@ -119,7 +118,7 @@ def prices(g: Graph, cost_model: CostModel | None = None) -> Prices:
 def _prices(g: Graph, cm: CostModel) -> Prices:
     facts = g._derived("mincut_facts", _graph_facts)
     a = g._arrays
-    hard = np.isin(_ban_codes(g, facts, "aggressive"), HARD_BANS) | channels_last_convolutions(g)
+    hard = np.isin(_ban_codes(g, facts, "aggressive"), HARD_BANS)
     recompute = _recompute_prices(g, cm)
     profiled = cm.uses_profiled_costs(g)
     save = np.zeros(a.n, dtype=np.int64) if profiled else np.asarray(facts.capacity, dtype=np.int64)
@@ -133,24 +132,6 @@ def _prices(g: Graph, cm: CostModel) -> Prices:
     time[source_arcs[on]] = recompute[node[on]]
     memory[time == INF] = 0
     return Prices(2 + 2 * a.n, np.asarray(tails), np.asarray(heads), time, memory)
-
-
-def channels_last_convolutions(g: Graph) -> np.ndarray:
-    """Forward convolutions of the graph's own inputs (the image) where inductor runs them
-    channels-last (capture recorded a layout copy of the input,
-    :func:`remat.capture.workspace.layout_copies`): banned from recomputation. Saved sets that
-    recompute ResNet-18's stem convolution measured 8-15% above their prediction
-    (``budgets_vs_torch.py`` quick, CPU inductor: PyTorch's knob's 0.2 saved set and a local
-    search's, 1,203,112 and 1,203,208 bytes against 1,114,108 and 1,047,740), untraced; the
-    least-memory plan, which recomputes a later convolution, measures within 0.3% of its
-    prediction."""
-    a = g._arrays
-    out = np.zeros(a.n, dtype=bool)
-    for i, n in enumerate(g.nodes):
-        if n.op.startswith("convolution.") and a.forward[i] and n.inputs:
-            first = g[n.inputs[0]]
-            out[i] = first.role == "input" and bool(first.meta and first.meta.get("layout_copy"))
-    return out
 
 
 def _recompute_prices(g: Graph, cm: CostModel) -> np.ndarray:
