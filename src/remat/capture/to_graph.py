@@ -55,11 +55,12 @@ _RANDOM_NAMES = ("inductor_random", "inductor_seeds", "inductor_lookup_seed", "i
 _EXTRA_COMPUTE = {aten.convolution_backward, aten._scaled_dot_product_flash_attention_for_cpu,
                   aten._scaled_dot_product_flash_attention_for_cpu_backward,
                   aten.baddbmm, aten.addbmm, aten.linear, aten.matmul, aten.einsum}
-_EXTRA_FUSIBLE = {aten.embedding}
+_EXTRA_FUSIBLE = {aten.embedding, aten.slice_scatter, aten.select_scatter}
 """Ops PyTorch's lists leave out of its fusible ops that inductor lowers to pointwise kernels:
 an embedding is a gather from its table, computed inside its readers. Counted as a written
 value, a recomputed embedding held its 128 KB where inductor reads the table (GPT-2's
-least-memory plan was predicted 3% above its measured peak)."""
+least-memory plan was predicted 3% above its measured peak). A slice or select scatter (the
+backward of a slice: rotary embeddings) is a masked select between its two inputs."""
 _SIMPLE_BUILTINS = {operator.getitem}
 
 
@@ -122,6 +123,18 @@ def categorize(node: fx.Node, ot=None) -> tuple[str, bool]:
     if fusible:
         return "pointwise", True
     return "other", False
+
+
+def inductor_kernel(node: fx.Node, category: str, fusible: bool) -> bool:
+    """A non-fusible op inductor still generates a kernel for (a concatenation, a scatter, a
+    pooling), rather than calling a library (a matmul, a convolution, attention, a fallback):
+    on a CPU it joins the C++ kernels around it, whose frees wait for the next library call
+    (:func:`remat.plans.simulator.simulate`)."""
+    if fusible or category in ("compute", "random", "input") or node.op != "call_function":
+        return False
+    from torch._inductor.lowering import fallbacks, lowerings
+
+    return node.target in lowerings and node.target not in fallbacks
 
 
 def _check_supported(node: fx.Node) -> None:
@@ -357,6 +370,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             meta["module"] = module
         if must_recompute_tag(node):  # what the user's checkpoint region asked, whether or not granted
             meta["checkpoint"] = "prefer_recompute" if prefers_recompute_tag(node) else "must_recompute"
+        if compiler == "inductor" and inductor_kernel(node, category, fusible):
+            meta["inductor_kernel"] = True
         if node.name in workspace:
             meta["workspace"] = workspace[node.name]
         if node.name in copies:

@@ -234,6 +234,23 @@ def _layout_copies(schedule: Schedule, g: Graph) -> dict[int, int]:
     return ends
 
 
+REORDERING_VIEWS = ("permute", "transpose", "t", "as_strided", "expand", "unfold", "diagonal")
+"""Views that read their storage in another order than it was written."""
+
+
+def _reordered(g: Graph) -> list[bool]:
+    """Views reached from their storage through a reordering view (a transpose): a kernel
+    reading one computes other indices than it writes, so inductor never writes its output
+    into that storage (``can_inplace`` asks for the same index). A GPT-NeoX backward copies
+    its concatenated q/k/v gradient transposed into a new buffer."""
+    out = [False] * len(g)
+    for i, n in enumerate(g.nodes):
+        base = n.meta.get("alias_of") if n.meta else None
+        if base is not None and base in g:
+            out[i] = n.op.split(".")[0] in REORDERING_VIEWS or out[g.index(base)]
+    return out
+
+
 def _dying(schedule: Schedule, index: dict[str, int]) -> list[list[int]]:
     """For each statement, the values the frees right after it (before the next compute)
     release: those a compute there reads last."""
@@ -304,7 +321,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         direct: dict[int, list[int]] = {}
         via: dict[int, list[int]] = {}
         for r in dying[k]:
-            if r not in ins[i] or not resident[r]:
+            if r not in ins[i] or not resident[r] or reordered[r]:
                 continue
             if counted[r]:
                 direct.setdefault(owner[r], []).append(r)
@@ -326,6 +343,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     # (inductor's inplace_buffers): the output takes that storage over
     dying = _dying(schedule, index) if cm.fused_memory else None
     donor_ok = [not primal[i] and n.role != "tangent" for i, n in enumerate(g.nodes)]
+    reordered = _reordered(g)
 
     # on a CPU, inductor's C++ backend emits consecutive kernels as one function, allocating
     # their outputs before it and freeing what died after it: a storage that dies between
@@ -334,6 +352,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     # GPT-NeoX's plan for 0.8 measured 1.6% above its prediction: a recomputed layer norm's
     # output was allocated beside the logits and their gradient, which the schedule had freed
     grouped = fused is not None and kernel_groups and ((g.meta or {}).get("device") or {}).get("type") == "cpu"
+    kernel = [bool(n.meta and n.meta.get("inductor_kernel")) for n in g.nodes]  # not a library call
     in_group = False
     pending = 0  # bytes of storages dead in the open group
 
@@ -356,7 +375,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             err(f"statement {k}: {st} names no node of the graph")
             tl.append(mem)
             continue
-        if grouped and st.op == "compute" and (not fusible[i] or (not backward and not forward[i])):
+        if grouped and st.op == "compute" and (not (fusible[i] or kernel[i]) or (not backward and not forward[i])):
             flush()  # a library call, or the backward's graph starts
         if st.op == "compute":
             if primal[i]:
@@ -411,7 +430,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                         traffic_total += raw[j]
                 flops_total += flops[i]
                 kernels += mat[i]
-                if grouped and fusible[i] and counted[i]:
+                if grouped and (fusible[i] or kernel[i]) and counted[i]:
                     in_group = True  # a kernel: until the next flush, frees wait
                 if mem + work[i] > peak:
                     peak, peak_at = mem + work[i], k
