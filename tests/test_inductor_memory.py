@@ -198,6 +198,25 @@ def test_capture_marks_what_inductor_generates_kernels_for():
     assert not any(n.meta.get("inductor_kernel") for n in by_op["mm"])
 
 
+@pytest.mark.parametrize("threads, kernel", [(1, True), (2, False)])
+def test_a_scatter_add_is_a_kernel_on_one_thread_and_a_library_call_on_more(threads, kernel):
+    """Inductor generates a scatter-add on one CPU thread and calls ATen's on more (its
+    ``fallback_scatter_reduce_sum``): a max-pool's backward, in every ResNet. Capture asks
+    inductor's own rule, with the threads the step will run on."""
+    def f(x, idx, src):
+        return x.scatter_add(1, idx, src.sin()).cos().sum()
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = remat.plan(f, torch.randn(2, 3, requires_grad=True), torch.tensor([[0, 1, 2, 0], [1, 2, 0, 1]]),
+                       torch.randn(2, 4, requires_grad=True), cache=False, strict=True).graph
+    finally:
+        torch.set_num_threads(before)
+    (node,) = [n for n in g.nodes if n.op.startswith("scatter_add")]
+    assert bool(node.meta.get("inductor_kernel")) is kernel
+
+
 def test_a_value_read_far_away_is_written_where_it_is_computed():
     """A fusible value whose first reader comes more than ``FAR`` computes later is written
     (``remat.lower.plan_order.realize_far`` has inductor write it there): it counts, and the

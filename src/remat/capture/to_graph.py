@@ -134,7 +134,34 @@ def inductor_kernel(node: fx.Node, category: str, fusible: bool) -> bool:
         return False
     from torch._inductor.lowering import fallbacks, lowerings
 
-    return node.target in lowerings and node.target not in fallbacks
+    return node.target in lowerings and node.target not in fallbacks and not _scatter_falls_back(node)
+
+
+def _scatter_falls_back(node: fx.Node) -> bool:
+    """Inductor calls ATen for a scatter it cannot generate: a scatter-add on a CPU with more
+    than one thread (``config.cpp.fallback_scatter_reduce_sum``), an accumulating index_put of
+    integers, anything under deterministic algorithms. ResNet-18's max-pool backward is a
+    scatter-add: a kernel on one thread, a library call on two."""
+    from torch._inductor.utils import needs_fallback_due_to_atomic_add_limitations, use_scatter_fallback
+
+    packet = _packet(node)
+    dtype = getattr(node.meta.get("val"), "dtype", None)
+    if packet in (aten.index_put, aten._unsafe_index_put):
+        return bool(_argument(node, "accumulate", False)) and (
+            dtype is None or needs_fallback_due_to_atomic_add_limitations(dtype)
+            or torch.are_deterministic_algorithms_enabled())
+    if packet not in (aten.scatter, aten.scatter_add, aten.scatter_reduce):
+        return False
+    src = _argument(node, "src", _argument(node, "value"))
+    src_val = src.meta.get("val") if isinstance(src, fx.Node) else None
+    if packet is aten.scatter:
+        overload, reduce = aten.scatter_.src, _argument(node, "reduce")
+    else:
+        overload = aten.scatter_reduce_.two
+        reduce = "sum" if packet is aten.scatter_add else _argument(node, "reduce")
+    return bool(use_scatter_fallback(
+        overload, reduce, dtype, src_val.dtype if src_val is not None else type(src),
+        src_val.device.type if src_val is not None else "not impl", src_val is not None))
 
 
 def _check_supported(node: fx.Node) -> None:
