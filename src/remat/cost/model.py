@@ -152,12 +152,22 @@ class CostModel:
 
 def materialized(g: Graph) -> np.ndarray:
     """Values written to memory whatever the schedule: primals, outputs, values that are not
-    fusible or are read by a non-fusible op. The simulator adds the values a schedule
-    carries from the forward into the backward (saved values)."""
+    fusible or are read by a library call (a non-fusible op inductor does not generate a
+    kernel for: ``meta["inductor_kernel"]``, set by capture; a concatenation or a scatter
+    computes its fusible inputs inside its own kernel). The simulator adds the values a
+    schedule carries from the forward into the backward (saved values)."""
     a = g._arrays
-    non_fusible_user = np.zeros(a.n, dtype=bool)
-    non_fusible_user[a.user_src[~a.fusible[a.user_idx]]] = True
-    return a.primal | a.is_output | a.backward_output | ~a.fusible | non_fusible_user
+    library = ~a.fusible & ~inductor_kernels(g)
+    library_user = np.zeros(a.n, dtype=bool)
+    library_user[a.user_src[library[a.user_idx]]] = True
+    return a.primal | a.is_output | a.backward_output | ~a.fusible | library_user
+
+
+def inductor_kernels(g: Graph) -> np.ndarray:
+    """Non-fusible values inductor still generates a kernel for (capture's
+    ``meta["inductor_kernel"]``): not library calls."""
+    return g._derived("inductor_kernels", lambda g: np.array(
+        [bool(n.meta and n.meta.get("inductor_kernel")) for n in g.nodes], dtype=bool))
 
 
 def memory_materialized(g: Graph) -> np.ndarray:

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost.model import (CostModel, constant_bytes, default_cost_model, materialized, memory_materialized,
-                          profile_for_graph, storage)
+from ..cost.model import (CostModel, constant_bytes, default_cost_model, inductor_kernels, materialized,
+                          memory_materialized, profile_for_graph, storage)
 from ..errors import PlanError
 from ..graph.graph import Graph
 from .schedule import Schedule, kept_to_end, never_recomputed, required_nodes
@@ -352,7 +352,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     # GPT-NeoX's plan for 0.8 measured 1.6% above its prediction: a recomputed layer norm's
     # output was allocated beside the logits and their gradient, which the schedule had freed
     grouped = fused is not None and kernel_groups and ((g.meta or {}).get("device") or {}).get("type") == "cpu"
-    kernel = [bool(n.meta and n.meta.get("inductor_kernel")) for n in g.nodes]  # not a library call
+    kernel = inductor_kernels(g).tolist()  # not a library call
     in_group = False
     pending = 0  # bytes of storages dead in the open group
 
