@@ -55,12 +55,13 @@ _RANDOM_NAMES = ("inductor_random", "inductor_seeds", "inductor_lookup_seed", "i
 _EXTRA_COMPUTE = {aten.convolution_backward, aten._scaled_dot_product_flash_attention_for_cpu,
                   aten._scaled_dot_product_flash_attention_for_cpu_backward,
                   aten.baddbmm, aten.addbmm, aten.linear, aten.matmul, aten.einsum}
-_EXTRA_FUSIBLE = {aten.embedding, aten.slice_scatter, aten.select_scatter}
+_EXTRA_FUSIBLE = {aten.embedding, aten.slice_scatter, aten.select_scatter, aten.copy, prims.fma}
 """Ops PyTorch's lists leave out of its fusible ops that inductor lowers to pointwise kernels:
 an embedding is a gather from its table, computed inside its readers. Counted as a written
 value, a recomputed embedding held its 128 KB where inductor reads the table (GPT-2's
 least-memory plan was predicted 3% above its measured peak). A slice or select scatter (the
-backward of a slice: rotary embeddings) is a masked select between its two inputs."""
+backward of a slice: rotary embeddings) is a masked select between its two inputs; a copy
+and a fused multiply-add (T5's layer norm backward) are elementwise."""
 _SIMPLE_BUILTINS = {operator.getitem}
 
 
@@ -146,8 +147,9 @@ def _scatter_falls_back(node: fx.Node) -> bool:
 
     packet = _packet(node)
     dtype = getattr(node.meta.get("val"), "dtype", None)
-    if packet in (aten.index_put, aten._unsafe_index_put):
-        return bool(_argument(node, "accumulate", False)) and (
+    if packet in (aten.index_put, aten._unsafe_index_put, aten._unsafe_masked_index_put_accumulate):
+        accumulate = packet is aten._unsafe_masked_index_put_accumulate or _argument(node, "accumulate", False)
+        return bool(accumulate) and (
             dtype is None or needs_fallback_due_to_atomic_add_limitations(dtype)
             or torch.are_deterministic_algorithms_enabled())
     if packet not in (aten.scatter, aten.scatter_add, aten.scatter_reduce):
