@@ -321,8 +321,9 @@ def test_resnet18_s_least_memory_plan_goes_below_the_knob_s_and_measures_what_it
     activation memory; remat's frontier stopped at 0.77. The peak descent recomputes the stem
     convolution among others (0.66), and such plans now measure what they predict: before the
     backward compiled channels-last, recomputing the stem measured 8-15% above its prediction.
-    On one thread, as ``budgets_vs_torch.py`` times: on two, inductor fuses this backward's
-    kernels differently (the same saved set measured 13.7% above its prediction, open)."""
+    On one thread, as ``budgets_vs_torch.py`` times: on two, inductor calls ATen's scatter-add
+    for the max-pool backward, whose inputs it allocates as the simulator does not (the same
+    saved set measured 13.8% above its prediction, open: BENCHMARKS.md)."""
     monkeypatch.setenv("REMAT_CACHE_DIR", "off")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -149,10 +149,7 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     tangent = [n.role == "tangent" for n in g.nodes]  # handed to the backward: real tensors
     const = [not primal[i] and not ins[i] and not tangent[i] for i in range(a.n)]
     kept = (a.is_output | a.backward_output).tolist()
-    # an item of a tuple in a storage of its own is a buffer its op writes (a convolution's
-    # input gradient; a var_mean's mean and variance are two)
-    container = [bool(n.meta and n.meta.get("container")) for n in g.nodes]
-    item = [len(ins[i]) == 1 and container[ins[i][0]] and owner[i] == i for i in range(a.n)]
+    item = _tuple_items(g)
     readers = _readers(schedule, g)
     writes = [False] * len(schedule.statements)
     holds: dict[int, list[int]] = {}
@@ -238,11 +235,25 @@ REORDERING_VIEWS = ("permute", "transpose", "t", "as_strided", "expand", "unfold
 """Views that read their storage in another order than it was written."""
 
 
+def _tuple_items(g: Graph) -> list[bool]:
+    """Items of a tuple in a storage of their own: buffers their op writes (a convolution
+    backward's input gradient; a var_mean's mean and variance are two)."""
+    def items(g: Graph) -> list[bool]:
+        ins, owner = g.input_indices, storage(g)[0]
+        container = [bool(n.meta and n.meta.get("container")) for n in g.nodes]
+        return [len(ins[i]) == 1 and container[ins[i][0]] and owner[i] == i for i in range(len(g))]
+    return g._derived("tuple_items", items)
+
+
 def _reordered(g: Graph) -> list[bool]:
     """Views reached from their storage through a reordering view (a transpose): a kernel
     reading one computes other indices than it writes, so inductor never writes its output
     into that storage (``can_inplace`` asks for the same index). A GPT-NeoX backward copies
     its concatenated q/k/v gradient transposed into a new buffer."""
+    return g._derived("reordered", _reordering)
+
+
+def _reordering(g: Graph) -> list[bool]:
     out = [False] * len(g)
     for i, n in enumerate(g.nodes):
         base = n.meta.get("alias_of") if n.meta else None

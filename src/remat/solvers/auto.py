@@ -15,7 +15,7 @@ With a budget, in this order, each stage only if the ones before found nothing t
    falls, until it is within the budget (at most :data:`~remat.solvers.descent.DESCENT_SECONDS`);
    the frontier prices bytes saved, not bytes alive at the peak, and the least memory often
    lies between its vertices (ResNet-18 tiny: 0.77 of the activation memory at the
-   least-memory vertex, 0.66 after the descent, PyTorch's knob 0.68);
+   least-memory vertex, 0.66 after the descent, PyTorch's knob 0.68; BENCHMARKS.md);
 4. **schedules that recompute in stages**, which a saved set cannot express: the classic
    baselines (:data:`AUTO_BASELINES`), then Checkmate's MILP on graphs of at most
    :data:`MILP_MAX_NODES` nodes, all within what is left of ``time_limit``. Not for graphs

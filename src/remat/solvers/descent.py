@@ -4,9 +4,9 @@ The frontier (:mod:`remat.solvers.mincut.frontier`) prices the bytes a saved set
 the forward into the backward, not the bytes alive at the plan's peak, and offers only the
 vertices of a convex hull. Its least-memory vertex recomputes everything it may, and the
 copies it recomputes are alive together at the backward's peak; what lowers the peak is often
-a set in between. ResNet-18 tiny's least-memory vertex measures 0.77 of the activation memory,
-PyTorch's knob at 0.2 reaches 0.68, and dropping three saved convolutions from that vertex
-reaches 0.66 (``benchmarks/predictions.py``, BENCHMARKS.md).
+a set in between. ResNet-18 tiny's least-memory vertex measured 0.77 of the activation memory,
+PyTorch's knob at 0.2 reaches 0.68, and the descent 0.66 (``benchmarks/predictions.py
+--threads 1``, BENCHMARKS.md).
 
 :func:`descend` starts from a saved set and takes one move at a time, the first that lowers
 the simulated peak:
@@ -20,8 +20,8 @@ the simulated peak:
   policy) nor one that cannot be saved.
 
 It stops when the peak is within ``budget`` (bytes), when no move lowers it, or at the time
-limit: at most one simulation per move tried, so a few milliseconds per move on the zoo's
-graphs (0.05-0.1 s for a whole descent on the ``quick`` models).
+limit: one simulation per move tried (``auto``'s whole ``min`` planning, the descent included,
+took 0.12-0.98 s on the ``quick`` models: ``benchmarks/budgets_vs_torch.py``, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -56,16 +56,17 @@ def descend(g: Graph, saved: Iterable[str], cost_model: CostModel | None = None,
     may_drop = forward & ~fixed
     may_save = forward & ~a.cannot_save
     current = _closed(g, saved)
-    sim = _simulate(g, current, cm)
-    if sim is None:
+    judged = _simulate(g, current, cm)
+    if judged is None:
         raise PlanError(f"the saved set to descend from gives no valid schedule of {g.name!r}")
+    schedule, sim = judged
     while not clock.expired() and not (budget is not None and sim.peak_bytes <= budget):
         moved = False
-        for name, drop in _moves(g, current, sim, may_drop, may_save):
+        for name, drop in _moves(g, current, _alive_at_peak(schedule, sim), may_drop, may_save):
             trial = _closed(g, current - {name}) if drop else current | {name}
-            result = _simulate(g, trial, cm)
-            if result is not None and result.peak_bytes < sim.peak_bytes:
-                current, sim, moved = trial, result, True
+            judged = _simulate(g, trial, cm)
+            if judged is not None and judged[1].peak_bytes < sim.peak_bytes:
+                current, (schedule, sim), moved = trial, judged, True
                 break
             if clock.expired():
                 break
@@ -81,18 +82,19 @@ def _closed(g: Graph, saved: Iterable[str]) -> set[str]:
     return saved | set(backward_work(g, saved).missing_inputs)
 
 
-def _simulate(g: Graph, saved: set[str], cm: CostModel) -> SimResult | None:
+def _simulate(g: Graph, saved: set[str], cm: CostModel) -> tuple[Schedule, SimResult] | None:
+    """The schedule of ``saved`` and its simulation, or None when it is not valid."""
     try:
-        sim = simulate(schedule_from_saved_set(g, sorted(saved, key=g.index)), cm, timeline=False)
+        schedule = schedule_from_saved_set(g, sorted(saved, key=g.index))
+        sim = simulate(schedule, cm, timeline=False)
     except PlanError:
         return None
-    return sim if sim.valid else None
+    return (schedule, sim) if sim.valid else None
 
 
-def _moves(g: Graph, saved: set[str], sim: SimResult, may_drop: np.ndarray, may_save: np.ndarray):
-    """(name, drop?) for the values alive at ``sim``'s peak: saved ones to drop, largest
-    first, then recomputed ones to save, smallest first."""
-    live = _alive_at_peak(schedule_from_saved_set(g, sorted(saved, key=g.index)), sim)
+def _moves(g: Graph, saved: set[str], live: list[int], may_drop: np.ndarray, may_save: np.ndarray):
+    """(name, drop?) for the values ``live`` at the peak: saved ones to drop, largest first,
+    then recomputed ones to save, smallest first."""
     nodes = g.nodes
     drops = [i for i in live if may_drop[i] and nodes[i].name in saved]
     keeps = [i for i in live if may_save[i] and nodes[i].name not in saved]
