@@ -10,7 +10,11 @@ fractions of the activation memory. No step times: ``budgets_vs_torch.py`` and
 its logits and caches beside the loss, and the step holds them through the backward).
 
     PYTHONPATH=src python benchmarks/predictions.py [--models gpt2,t5,llama,qwen2,cnn,resnet18,gptneox]
-        [--budgets none,0.6,min] [--compiler inductor] [--device cpu]
+        [--budgets none,0.6,min] [--compiler inductor] [--device cpu] [--threads N]
+
+``--threads`` sets torch's CPU threads (default: torch's own, 2 here): inductor's C++ code
+differs with it (a scatter-add is ATen's on more than one thread), and
+``budgets_vs_torch.py`` measures on one.
 """
 
 from __future__ import annotations
@@ -79,7 +83,10 @@ def main() -> None:
     ap.add_argument("--budgets", default="none,0.6,min")
     ap.add_argument("--compiler", default="inductor")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print("| model | budget | measured (B) | predicted (B) | measured - predicted | ratio "
           "| measured fraction | predicted fraction |")
     print("|---|---|---|---|---|---|---|---|")

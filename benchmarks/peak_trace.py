@@ -1,0 +1,108 @@
+"""Where a plan's measured peak leaves its prediction: the allocations before the measured peak
+beside the simulator's timeline before its own.
+
+One step of ``remat.compile(model, budget=B)`` under CPU inductor, run under the profiler: the
+last ``--events`` allocation and free records up to the measured peak, each with the running
+total above the step's start; then every statement of the plan's schedule, up to the
+simulator's peak, that changes its resident bytes (less what is resident before the step).
+Where the two running totals first part is where the memory model misses something; read
+inductor's wrapper there (``TORCH_LOGS=output_code``). Models: ``budgets_vs_torch.py``'s
+quick ones, ``gptneox`` (``gptneox_trial.py``, outputs held) and ``bloom`` (``bloom_trial.py``).
+
+    PYTHONPATH=src python benchmarks/peak_trace.py --model resnet18 [--budget min] [--threads N]
+        [--events 40] [--node NAME]
+
+``--node``: the predicted statements up to that node's first compute instead of the
+simulator's peak (where the measured peak is, when the two peaks are at different places).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+os.environ["REMAT_CACHE_DIR"] = "off"
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import budgets_vs_torch as bvt  # noqa: E402
+
+import remat  # noqa: E402
+from remat.bench.measure import memory_events  # noqa: E402
+from remat.plans.budget import resident_bytes  # noqa: E402
+from remat.plans.simulator import simulate  # noqa: E402
+
+
+def _case(name: str):
+    """(model, step maker) of one model, as ``predictions.py`` and the trials call it."""
+    ids = torch.randint(0, 1024, (4, 64), generator=torch.Generator().manual_seed(1))
+    if name == "gptneox":
+        import gptneox_trial as trial
+
+        return trial.build(), lambda fn, model: trial.make(fn, model, ids, hold=True)
+    if name == "bloom":
+        import bloom_trial as trial
+
+        return trial.build(), lambda fn, model: trial.make(fn, model, ids)
+    case = bvt.build(name, "quick", torch.float32, "cpu")
+    return case.model, lambda fn, model: bvt.make_step(fn, model, bvt._copy_inputs(case.inputs), "keep")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--budget", default="min", help="none, min or a fraction")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--events", type=int, default=40)
+    ap.add_argument("--node", default=None, help="trace the prediction up to this node's compute")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, make = _case(args.model)
+    plans: list = []
+    budget = {} if args.budget == "none" else {"budget": args.budget if args.budget == "min" else float(args.budget)}
+    fn = remat.compile(model, cache=False, on_plan=lambda g, p: plans.append(p), **budget)
+    step = make(fn, model)
+    step()
+    step()
+    events = memory_events(step, "cpu")
+    totals, total = [], 0
+    for _, nbytes in events:
+        total += nbytes
+        totals.append(total)
+    peak_at = max(range(len(totals)), key=totals.__getitem__)
+    plan = plans[0]
+    g = plan.graph
+    schedule = plan.schedule()
+    sim = simulate(schedule)
+    resident = resident_bytes(g)
+    print(f"{args.model} budget={args.budget} threads={torch.get_num_threads()}: measured peak "
+          f"{totals[peak_at]:,} B, predicted {sim.peak_bytes - resident:,} B "
+          f"(graph {g.name!r}, {len(plans)} graph(s); the first is traced)")
+    print(f"\nmeasured: the {args.events} records up to the peak (event, bytes, running total)")
+    for k in range(max(0, peak_at - args.events + 1), peak_at + 1):
+        print(f"  {k:5d} {events[k][1]:+12,} {totals[k]:14,}")
+    end = sim.peak_statement if args.node is None else next(
+        k for k, st in enumerate(schedule.statements) if st.op == "compute" and st.node == args.node)
+    print(f"\npredicted: statements up to {args.node or 'the peak'} that change resident bytes (statement, "
+          "node, op, change, running total)")
+    changes = [k for k in range(end + 1)
+               if sim.timeline[k] != (sim.timeline[k - 1] if k else sim.constant_bytes)]
+    for k in changes[-args.events:]:
+        st = schedule.statements[k]
+        before = sim.timeline[k - 1] if k else sim.constant_bytes
+        print(f"  {k:5d} {st.op} {st.node} ({g[st.node].op}) {sim.timeline[k] - before:+,} "
+              f"{sim.timeline[k] - resident:,}")
+    k = sim.peak_statement
+    if k == end and sim.peak_bytes != sim.timeline[k]:
+        print(f"  {k:5d} (at the peak: {sim.peak_bytes - sim.timeline[k]:,} B of scratch while "
+              f"{schedule.statements[k].node} runs)")
+
+
+if __name__ == "__main__":
+    main()
