@@ -6,7 +6,7 @@ prices, so one family of cuts spans the whole trade-off:
 
 - **recomputation** is priced instead of banned: an arc ``s -> i_in`` (cut when the backward
   runs ``i`` again) costs what the simulator will count for it: ``i``'s FLOPs at the device's
-  peak and, for a value written to memory (not fusible, or read by an op that is not), the
+  peak and, for a value written to memory (not fusible, or read by a library call), the
   write, the reads of a non-fusible op's inputs and a kernel launch. Only random ops and
   ``must_save`` values stay banned (fresh randomness is never allowed), and
   ``must_recompute`` values are never saved. Prices are byte-equivalents: seconds times the
@@ -137,8 +137,8 @@ def _prices(g: Graph, cm: CostModel) -> Prices:
 def _recompute_prices(g: Graph, cm: CostModel) -> np.ndarray:
     """Byte-equivalent price of running each forward node again in the backward, as the
     simulator counts a compute: its FLOPs at the device's peak; for a value written to
-    memory anyway (:func:`remat.cost.model.materialized`: not fusible, or read by an op that
-    is not) its write and a kernel launch; for an op that does not fuse, the reads of its
+    memory anyway (:func:`remat.cost.model.materialized`: not fusible, or read by a library
+    call) its write and a kernel launch; for an op that does not fuse, the reads of its
     inputs. Graphs with profiled costs price each op at its cost."""
     a = g._arrays
     dev = cm.device
