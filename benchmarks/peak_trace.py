@@ -7,7 +7,7 @@ total above the step's start; then every statement of the plan's schedule, up to
 simulator's peak, that changes its resident bytes (less what is resident before the step).
 Where the two running totals first part is where the memory model misses something; read
 inductor's wrapper there (``TORCH_LOGS=output_code``). Models: ``budgets_vs_torch.py``'s
-quick ones, ``gptneox`` (``gptneox_trial.py``, outputs held) and ``bloom`` (``bloom_trial.py``).
+quick ones, ``gptneox`` and ``bloom``: ``predictions.py``'s cases.
 
     PYTHONPATH=src python benchmarks/peak_trace.py --model resnet18 [--budget min] [--threads N]
         [--events 40] [--node NAME]
@@ -30,27 +30,12 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-import budgets_vs_torch as bvt  # noqa: E402
+from predictions import model_case  # noqa: E402
 
 import remat  # noqa: E402
 from remat.bench.measure import memory_events  # noqa: E402
 from remat.plans.budget import resident_bytes  # noqa: E402
 from remat.plans.simulator import simulate  # noqa: E402
-
-
-def _case(name: str):
-    """(model, step maker) of one model, as ``predictions.py`` and the trials call it."""
-    ids = torch.randint(0, 1024, (4, 64), generator=torch.Generator().manual_seed(1))
-    if name == "gptneox":
-        import gptneox_trial as trial
-
-        return trial.build(), lambda fn, model: trial.make(fn, model, ids, hold=True)
-    if name == "bloom":
-        import bloom_trial as trial
-
-        return trial.build(), lambda fn, model: trial.make(fn, model, ids)
-    case = bvt.build(name, "quick", torch.float32, "cpu")
-    return case.model, lambda fn, model: bvt.make_step(fn, model, bvt._copy_inputs(case.inputs), "keep")
 
 
 def main() -> None:
@@ -63,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, make = _case(args.model)
+    model, make = model_case(args.model, "cpu")
     plans: list = []
     budget = {} if args.budget == "none" else {"budget": args.budget if args.budget == "min" else float(args.budget)}
     fn = remat.compile(model, cache=False, on_plan=lambda g, p: plans.append(p), **budget)

@@ -7,7 +7,8 @@ prediction (the simulator's peak less what is resident before the step), both al
 fractions of the activation memory. No step times: ``budgets_vs_torch.py`` and
 ``plan_order.py`` time steps. Models are ``budgets_vs_torch.py``'s ``quick`` ones, and
 ``gptneox``: ``benchmarks/gptneox_trial.py``'s model called as a user calls it (it returns
-its logits and caches beside the loss, and the step holds them through the backward).
+its logits and caches beside the loss, and the step holds them through the backward), and
+``bloom`` (``benchmarks/bloom_trial.py``, not in the default list).
 
     PYTHONPATH=src python benchmarks/predictions.py [--models gpt2,t5,llama,qwen2,cnn,resnet18,gptneox]
         [--budgets none,0.6,min] [--compiler inductor] [--device cpu] [--threads N]
@@ -43,13 +44,17 @@ def _budget(text: str):
     return {} if text == "none" else {"budget": text if text == "min" else float(text)}
 
 
-def _case(name: str, device: str):
+def model_case(name: str, device: str):
     """(model, step maker) of one model: ``make(fn, model)`` returns the step to measure."""
+    ids = torch.randint(0, 1024, (4, 64), generator=torch.Generator().manual_seed(1)).to(device)
     if name == "gptneox":
         import gptneox_trial as trial
 
-        ids = torch.randint(0, 1024, (4, 64), generator=torch.Generator().manual_seed(1)).to(device)
         return trial.build().to(device), lambda fn, model: trial.make(fn, model, ids, hold=True)
+    if name == "bloom":
+        import bloom_trial as trial
+
+        return trial.build().to(device), lambda fn, model: trial.make(fn, model, ids)
     case = bvt.build(name, "quick", torch.float32, device)
 
     def make(fn, model):
@@ -58,7 +63,7 @@ def _case(name: str, device: str):
 
 
 def row(name: str, budget: str, args) -> str:
-    base, make = _case(name, args.device)
+    base, make = model_case(name, args.device)
     model = copy.deepcopy(base)
     plans: list = []
     torch._dynamo.reset()
