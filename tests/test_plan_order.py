@@ -316,24 +316,26 @@ def test_a_depthwise_cnn_s_plans_under_inductor_measure_what_they_predict(monkey
 
 
 @pytest.mark.slow
-def test_resnet18_s_least_memory_plan_goes_below_the_knob_s_and_measures_what_it_predicts(monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_resnet18_s_least_memory_plan_goes_below_the_knob_s_and_measures_what_it_predicts(monkeypatch, threads):
     """ResNet-18 tiny (``budgets_vs_torch.py`` quick): PyTorch's knob at 0.2 measures 0.68 of the
     activation memory; remat's frontier stopped at 0.77. The peak descent recomputes the stem
-    convolution among others (0.66), and such plans now measure what they predict: before the
-    backward compiled channels-last, recomputing the stem measured 8-15% above its prediction.
-    On one thread, as ``budgets_vs_torch.py`` times: on two, inductor calls ATen's scatter-add
-    for the max-pool backward, whose inputs it allocates as the simulator does not (the same
-    saved set measured 13.8% above its prediction, open: BENCHMARKS.md)."""
+    convolution among others (0.66 on one thread), and such plans measure what they predict:
+    before the backward compiled channels-last, recomputing the stem measured 8-15% above its
+    prediction. On two threads inductor calls ATen's scatter-add for the max-pool backward,
+    copying its index and source out of their channels-last storages into buffers of their
+    own and allocating its output with the kernel before it: the least-memory plan measured
+    13.8% above its prediction until the simulator knew (:mod:`remat.capture.layouts`)."""
     monkeypatch.setenv("REMAT_CACHE_DIR", "off")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
-        _resnet18_least_memory()
+        _resnet18_least_memory(below=0.68 if threads == 1 else 0.75)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
-def _resnet18_least_memory() -> None:
+def _resnet18_least_memory(below: float) -> None:
     from remat.zoo.cnn import BasicBlock, ResNet
 
     torch.manual_seed(0)
@@ -346,5 +348,5 @@ def _resnet18_least_memory() -> None:
     stem = next(n.name for n in plans[0].graph.nodes if n.op.startswith("convolution.")
                 and plans[0].graph[n.inputs[0]].role == "input")
     assert stem not in plans[0].saved_names
-    assert measured < 0.68 * activation
+    assert measured < below * activation
     assert predicted * 0.98 <= measured <= 1.02 * predicted, (measured, predicted)

@@ -39,6 +39,7 @@ from ..errors import UnsupportedGraphError
 from ..graph.graph import Graph, Node
 from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types, prefers_recompute_tag
 from .joint import size_hint as _hint
+from .layouts import copied_views
 from .workspace import inductor_channels_last, layout_copies, measure_workspaces
 
 aten = torch.ops.aten
@@ -164,6 +165,33 @@ def _scatter_falls_back(node: fx.Node) -> bool:
     return bool(use_scatter_fallback(
         overload, reduce, dtype, src_val.dtype if src_val is not None else type(src),
         src_val.device.type if src_val is not None else "not impl", src_val is not None))
+
+
+def _scatters_into_copy(node: fx.Node, fusible: bool) -> bool:
+    """A scatter inductor hands to ATen (:func:`_scatter_falls_back`) scatters in place into a
+    copy of its first input, which the kernel before it writes: its output is allocated with
+    that kernel's outputs, before the frees that wait for the call (``meta["scatters_into_copy"]``,
+    :func:`remat.plans.simulator.simulate`)."""
+    return not fusible and node.op == "call_function" and _packet(node) in _FUNCTIONAL_SCATTERS \
+        and _scatter_falls_back(node)
+
+
+_FUNCTIONAL_SCATTERS = (aten.scatter, aten.scatter_add, aten.scatter_reduce, aten.index_put,
+                        aten._unsafe_index_put, aten._unsafe_masked_index_put_accumulate)
+
+
+def _mark_copied_views(graph_nodes: list[fx.Node], nodes: list[Node], channels_last: bool) -> None:
+    """``meta["copied_view"]`` on the views a library call reads that inductor copies out of a
+    channels-last storage (:func:`remat.capture.layouts.copied_views`)."""
+    by_name = {n.name: n for n in nodes}
+
+    def library(u: fx.Node) -> bool:
+        n = by_name.get(u.name)
+        return n is not None and u.op == "call_function" and not n.fusible \
+            and not (n.meta or {}).get("inductor_kernel")
+
+    for name in copied_views(graph_nodes, channels_last, library):
+        by_name[name].meta["copied_view"] = True
 
 
 def _check_supported(node: fx.Node) -> None:
@@ -401,6 +429,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             meta["checkpoint"] = "prefer_recompute" if prefers_recompute_tag(node) else "must_recompute"
         if compiler == "inductor" and inductor_kernel(node, category, fusible):
             meta["inductor_kernel"] = True
+        if compiler == "inductor" and _scatters_into_copy(node, fusible):
+            meta["scatters_into_copy"] = True
         if node.name in workspace:
             meta["workspace"] = workspace[node.name]
         if node.name in copies:
@@ -422,6 +452,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             backward_output=role in ("forward", "input", "param") and node in bwd_out,
             meta=meta,
         ))
+    _mark_copied_views(graph_nodes, nodes, channels_last)
     meta: dict = {"device": _device_info(joint, nodes), "compiler": compiler}
     if symbols:
         meta["dynamic"] = {"symbols": symbols}

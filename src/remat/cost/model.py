@@ -160,7 +160,17 @@ def materialized(g: Graph) -> np.ndarray:
     library = ~a.fusible & ~inductor_kernels(g)
     library_user = np.zeros(a.n, dtype=bool)
     library_user[a.user_src[library[a.user_idx]]] = True
+    library_user[copied_bases(g)] = True
     return a.primal | a.is_output | a.backward_output | ~a.fusible | library_user
+
+
+def copied_bases(g: Graph) -> list[int]:
+    """The bases of capture's ``meta["copied_view"]`` views (a library call reads a view
+    inductor cannot take of the base's channels-last storage): inductor writes the base, then
+    copies it (:mod:`remat.capture.layouts`); the copy has a storage of its own
+    (:func:`storage`)."""
+    return g._derived("copied_bases", lambda g: [
+        g.index(n.inputs[0]) for n in g.nodes if n.meta and n.meta.get("copied_view") and n.inputs])
 
 
 def inductor_kernels(g: Graph) -> np.ndarray:
@@ -180,7 +190,7 @@ def memory_materialized(g: Graph) -> np.ndarray:
 def storage(g: Graph) -> tuple[list[int], list[int]]:
     """``(owner, nbytes)``: the node whose storage each value lives in, and the bytes each
     node's own storage holds. A view (``meta["alias_of"]``, set by capture) lives in its
-    base's storage; a tuple (``meta["container"]``) holds none of its own (its items do).
+    base's storage, unless inductor copies it (``meta["copied_view"]``); a tuple (``meta["container"]``) holds none of its own (its items do).
     Graphs without these marks (Checkmate's) give every value its own storage."""
     return g._derived("storage", _storage)
 
@@ -190,7 +200,7 @@ def _storage(g: Graph) -> tuple[list[int], list[int]]:
     nbytes = [int(n.bytes) for n in g.nodes]
     for i, n in enumerate(g.nodes):
         base = n.meta.get("alias_of") if n.meta else None
-        if base is not None and base in g:
+        if base is not None and base in g and not n.meta.get("copied_view"):
             owner[i] = owner[g.index(base)]
             nbytes[i] = 0
         elif n.meta and n.meta.get("container"):

@@ -364,6 +364,9 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     # output was allocated beside the logits and their gradient, which the schedule had freed
     grouped = fused is not None and kernel_groups and ((g.meta or {}).get("device") or {}).get("type") == "cpu"
     kernel = inductor_kernels(g).tolist()  # not a library call
+    into_copy = [bool(n.meta and n.meta.get("scatters_into_copy")) for n in g.nodes]
+    # a view inductor copies out of a channels-last storage reads it in another order: never in place
+    copied_view = [bool(n.meta and n.meta.get("copied_view")) for n in g.nodes]
     in_group = False
     pending = 0  # bytes of storages dead in the open group
 
@@ -387,6 +390,9 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             tl.append(mem)
             continue
         if grouped and st.op == "compute" and (not (fusible[i] or kernel[i]) or (not backward and not forward[i])):
+            if into_copy[i] and not resident[i] and mem + sizes[owner[i]] > peak:
+                # a scatter ATen runs in place into a copy the kernel before it wrote
+                peak, peak_at = mem + sizes[owner[i]], k
             flush()  # a library call, or the backward's graph starts
         if st.op == "compute":
             if primal[i]:
@@ -411,7 +417,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                         refs[h] += 1
                 if counted[i]:
                     taken = _donor(i, k) if dying is not None and o == i and fusible[i] and \
-                        not (backward and forward[i]) else None
+                        not (backward and forward[i]) and not copied_view[i] else None
                     refs[o] += 1
                     if taken is not None:  # i writes into the donor's storage: nothing new
                         direct, via, h = taken
