@@ -14,6 +14,9 @@ quick ones, ``gptneox`` and ``bloom``: ``predictions.py``'s cases.
 
 ``--node``: the predicted statements up to that node's first compute instead of the
 simulator's peak (where the measured peak is, when the two peaks are at different places).
+``--calls``: instead, the measured and predicted bytes at each library call (a matmul, a
+convolution) in order, and where their difference first changes: the kernel group before that
+call is where the memory model misses something.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from predictions import model_case  # noqa: E402
 
 import remat  # noqa: E402
-from remat.bench.measure import memory_events  # noqa: E402
+from remat.bench.measure import call_totals, memory_events  # noqa: E402
 from remat.plans.budget import resident_bytes  # noqa: E402
 from remat.plans.simulator import simulate  # noqa: E402
 
@@ -45,6 +48,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--events", type=int, default=40)
     ap.add_argument("--node", default=None, help="trace the prediction up to this node's compute")
+    ap.add_argument("--calls", action="store_true", help="compare the bytes at each library call")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -55,6 +59,8 @@ def main() -> None:
     step = make(fn, model)
     step()
     step()
+    if args.calls:
+        return _calls(step, plans[0])
     events = memory_events(step, "cpu")
     totals, total = [], 0
     for _, nbytes in events:
@@ -87,6 +93,29 @@ def main() -> None:
     if k == end and sim.peak_bytes != sim.timeline[k]:
         print(f"  {k:5d} (at the peak: {sim.peak_bytes - sim.timeline[k]:,} B of scratch while "
               f"{schedule.statements[k].node} runs)")
+
+
+LIBRARY_CALLS = {"mm": "aten::mm", "addmm": "aten::addmm", "bmm": "aten::bmm", "baddbmm": "aten::baddbmm",
+                 "convolution": "aten::convolution", "convolution_backward": "aten::convolution_backward"}
+"""Library calls by the graph's op name and the profiler's."""
+
+
+def _calls(step, plan) -> None:
+    """Measured and predicted bytes at each library call, side by side (``--calls``)."""
+    g = plan.graph
+    schedule = plan.schedule()
+    sim = simulate(schedule)
+    resident = resident_bytes(g)
+    predicted = [(st.node, sim.timeline[k] - resident) for k, st in enumerate(schedule.statements)
+                 if st.op == "compute" and g[st.node].op.split(".")[0] in LIBRARY_CALLS]
+    measured = call_totals(step, LIBRARY_CALLS.values())
+    print(f"{len(measured)} measured calls, {len(predicted)} predicted (call, measured, node, predicted, "
+          "difference; * where the difference changes)")
+    last = None
+    for (name, m), (node, p) in zip(measured, predicted):
+        mark = "*" if last is not None and m - p != last else " "
+        last = m - p
+        print(f" {mark} {name:28s} {m:12,}  {node:24s} {p:12,} {m - p:+10,}")
 
 
 if __name__ == "__main__":

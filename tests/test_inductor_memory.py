@@ -215,6 +215,26 @@ def test_capture_marks_what_inductor_generates_kernels_for():
     assert not any(n.meta.get("inductor_kernel") for n in by_op["mm"])
 
 
+def test_a_reduction_over_fewer_than_eight_elements_is_pointwise_under_inductor():
+    """Inductor unrolls a sum over fewer than 8 elements into a pointwise op that its readers
+    compute inside them (T5's relative position bias sums its softmax gradient over a batch
+    of 4); a longer sum is a reduction kernel that writes its result."""
+    from remat.cost.model import memory_materialized
+
+    w = torch.randn(16, 16, requires_grad=True)
+
+    def f(x):
+        y = (x @ w).tanh()
+        return (y.sum(0, keepdim=True) * y).sum() + y.sum(1).sin().sum()
+
+    g = remat.plan(f, torch.randn(4, 16), cache=False).graph
+    sums = {n.shape: n for n in g.nodes if n.op.startswith("sum.dim") and n.role == "forward"}
+    short, long = sums[(1, 16)], sums[(4,)]
+    assert short.meta.get("unrolled") and not long.meta.get("unrolled")
+    mat = memory_materialized(g)
+    assert not mat[g.index(short.name)] and mat[g.index(long.name)]
+
+
 @pytest.mark.parametrize("threads, kernel", [(1, True), (2, False)])
 def test_a_scatter_add_is_a_kernel_on_one_thread_and_a_library_call_on_more(threads, kernel):
     """Inductor generates a scatter-add on one CPU thread and calls ATen's on more (its

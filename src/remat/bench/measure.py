@@ -162,6 +162,31 @@ def memory_events(step: Step, device="cpu", *, lead_in: bool = True) -> list[tup
     return out
 
 
+def call_totals(step: Step, names: Iterable[str], device="cpu") -> list[tuple[str, int]]:
+    """``(op, bytes)`` for each top-level call of an op in ``names`` (``"aten::mm"``) while
+    ``step()`` runs: the bytes allocated above the step's start when the call begins (its
+    output, preallocated by inductor's wrapper, included). Lines up with the simulator's
+    timeline at each library call (``benchmarks/peak_trace.py --calls``)."""
+    names = set(names)
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+        with record_function(_MARK):
+            step()
+    events = prof.profiler.kineto_results.events()
+    marks = [e for e in events if e.name() == _MARK]
+    lo, hi = (marks[0].start_ns(), marks[0].end_ns()) if marks else (-1, 1 << 62)
+    inside = sorted((e for e in events if lo <= e.start_ns() <= hi), key=lambda e: (e.start_ns(), -e.end_ns()))
+    out, total, until = [], 0, -1
+    for e in inside:
+        if e.name() == "[memory]":
+            if "CPU" in str(e.device_type()):
+                total += int(e.nbytes())
+        elif e.name() in names and e.start_ns() >= until:
+            out.append((e.name(), total))
+            until = e.end_ns()
+    return out
+
+
 def _running(events: Sequence[tuple[int, int]]) -> tuple[int, int, list[tuple[float, int]]]:
     total, peak = 0, 0
     tl: list[tuple[float, int]] = [(0.0, 0)]

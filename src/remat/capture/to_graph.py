@@ -167,6 +167,29 @@ def _scatter_falls_back(node: fx.Node) -> bool:
         src_val.device.type if src_val is not None else "not impl", src_val is not None))
 
 
+def _unrolled(node: fx.Node) -> bool:
+    """Inductor makes a reduction over fewer than ``unroll_reductions_threshold`` elements
+    (8) a pointwise op (``Reduction.create``; on a CPU not when it reduces to one element),
+    which its readers compute inside them, like any pointwise value. T5's relative position
+    bias sums its softmax gradient over a batch of 4: that sum, computed in the embedding
+    backward's kernel two batched matmuls later, kept the attention probabilities and their
+    gradient alive through both (the least-memory plan measured 2.8% above its prediction,
+    which had the sum written where the plan computes it)."""
+    from torch._inductor import config as inductor_config
+
+    val = node.meta.get("val")
+    src = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
+    src_val = src.meta.get("val") if src is not None else None
+    if not isinstance(val, torch.Tensor) or not isinstance(src_val, torch.Tensor):
+        return False
+    out, total = _hint(val.numel()), _hint(src_val.numel())
+    if not out or total % out:
+        return False
+    reduced = total // out
+    on_gpu = val.device.type not in ("cpu", "meta")
+    return reduced == 1 or (reduced < inductor_config.unroll_reductions_threshold and (out != 1 or on_gpu))
+
+
 def _scatters_into_copy(node: fx.Node, fusible: bool) -> bool:
     """A scatter inductor hands to ATen (:func:`_scatter_falls_back`) scatters in place into a
     copy of its first input, which the kernel before it writes: its output is allocated with
@@ -431,6 +454,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             meta["inductor_kernel"] = True
         if compiler == "inductor" and _scatters_into_copy(node, fusible):
             meta["scatters_into_copy"] = True
+        if compiler == "inductor" and category == "reduction" and _unrolled(node):
+            meta["unrolled"] = True
         if node.name in workspace:
             meta["workspace"] = workspace[node.name]
         if node.name in copies:

@@ -157,11 +157,26 @@ def materialized(g: Graph) -> np.ndarray:
     computes its fusible inputs inside its own kernel). The simulator adds the values a
     schedule carries from the forward into the backward (saved values)."""
     a = g._arrays
-    library = ~a.fusible & ~inductor_kernels(g)
-    library_user = np.zeros(a.n, dtype=bool)
-    library_user[a.user_src[library[a.user_idx]]] = True
-    library_user[copied_bases(g)] = True
-    return a.primal | a.is_output | a.backward_output | ~a.fusible | library_user
+    return a.primal | a.is_output | a.backward_output | ~a.fusible | library_read(g)
+
+
+def library_calls(g: Graph) -> np.ndarray:
+    """Non-fusible values inductor does not generate a kernel for: library calls."""
+    a = g._arrays
+    return ~a.fusible & ~inductor_kernels(g)
+
+
+def library_read(g: Graph) -> np.ndarray:
+    """Values a library call reads (or copies: :func:`copied_bases`). Inductor writes such a
+    fusible value when it lowers that call (``realize_input``): a reader lowered before the
+    call computes the value inside itself (:func:`remat.plans.simulator.simulate`)."""
+    def read(g: Graph) -> np.ndarray:
+        a = g._arrays
+        out = np.zeros(a.n, dtype=bool)
+        out[a.user_src[library_calls(g)[a.user_idx]]] = True
+        out[copied_bases(g)] = True
+        return out
+    return g._derived("library_read", read)
 
 
 def copied_bases(g: Graph) -> list[int]:
@@ -182,9 +197,16 @@ def inductor_kernels(g: Graph) -> np.ndarray:
 
 def memory_materialized(g: Graph) -> np.ndarray:
     """Values a fusing compiler writes to memory whatever the schedule: those of
-    :func:`materialized`, and reductions (a reduction kernel writes its result; small)."""
+    :func:`materialized`, and reductions (a reduction kernel writes its result; small),
+    except those inductor unrolls into a pointwise op (capture's ``meta["unrolled"]``)."""
     a = g._arrays
-    return materialized(g) | (a.category == _REDUCTION)
+    return materialized(g) | ((a.category == _REDUCTION) & ~unrolled(g))
+
+
+def unrolled(g: Graph) -> np.ndarray:
+    """Reductions inductor computes as pointwise ops (capture's ``meta["unrolled"]``)."""
+    return g._derived("unrolled", lambda g: np.array(
+        [bool(n.meta and n.meta.get("unrolled")) for n in g.nodes], dtype=bool))
 
 
 def storage(g: Graph) -> tuple[list[int], list[int]]:

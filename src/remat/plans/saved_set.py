@@ -61,6 +61,7 @@ class BackwardWork:
     computed: tuple[str, ...]  # forward nodes the backward computes (recomputed + moved)
     recomputed: tuple[str, ...]  # ... of which the forward pass also computes
     missing_inputs: tuple[str, ...]  # primal inputs the backward would need but are not saved
+    unread: tuple[str, ...] = ()  # saved values nothing the backward computes reads
 
 
 def backward_work(g: Graph, saved: Iterable[str]) -> BackwardWork:
@@ -97,10 +98,17 @@ def backward_work(g: Graph, saved: Iterable[str]) -> BackwardWork:
     names = a.names
     computed = np.flatnonzero(needed & ~primal).tolist()
     req = _required_forward(g)
+    # a saved value is read when the backward computes one of its users; a saved demand node
+    # (a forward backward_output) is read as it is
+    runs = (demand & ~is_saved) | (needed & ~primal)
+    read = np.zeros(n, dtype=bool)
+    read[a.user_src[runs[a.user_idx]]] = True
+    unread = np.flatnonzero(is_saved & ~read & ~demand & ~primal).tolist()
     return BackwardWork(
         computed=tuple([names[i] for i in computed]),
         recomputed=tuple([names[i] for i in computed if req[i]]),
         missing_inputs=tuple([names[i] for i in np.flatnonzero(needed & primal).tolist()]),
+        unread=tuple([names[i] for i in unread]),
     )
 
 

@@ -63,7 +63,7 @@ def descend(g: Graph, saved: Iterable[str], cost_model: CostModel | None = None,
     while not clock.expired() and not (budget is not None and sim.peak_bytes <= budget):
         moved = False
         for name, drop in _moves(g, current, _alive_at_peak(schedule, sim), may_drop, may_save):
-            trial = _closed(g, current - {name}) if drop else current | {name}
+            trial = _closed(g, current - {name} if drop else current | {name})
             judged = _simulate(g, trial, cm)
             if judged is not None and judged[1].peak_bytes < sim.peak_bytes:
                 current, (schedule, sim), moved = trial, judged, True
@@ -77,9 +77,11 @@ def descend(g: Graph, saved: Iterable[str], cost_model: CostModel | None = None,
 
 def _closed(g: Graph, saved: Iterable[str]) -> set[str]:
     """``saved`` with the primal inputs its backward reads (resident anyway: saving them
-    costs nothing)."""
+    costs nothing), less the values its backward does not read (the plan would not save them:
+    :meth:`remat.plans.plan.Plan.from_saved_set`)."""
     saved = set(saved)
-    return saved | set(backward_work(g, saved).missing_inputs)
+    work = backward_work(g, saved)
+    return (saved | set(work.missing_inputs)) - set(work.unread)
 
 
 def _simulate(g: Graph, saved: set[str], cm: CostModel) -> tuple[Schedule, SimResult] | None:
