@@ -167,9 +167,10 @@ def library_calls(g: Graph) -> np.ndarray:
 
 
 def library_read(g: Graph) -> np.ndarray:
-    """Values a library call reads (or copies: :func:`copied_bases`). Inductor writes such a
-    fusible value when it lowers that call (``realize_input``): a reader lowered before the
-    call computes the value inside itself (:func:`remat.plans.simulator.simulate`)."""
+    """Values a library call reads (or copies: :func:`copied_bases`): inductor writes them
+    (``realize_input``). It does so when it lowers that call, and a fusible reader lowered
+    before the call computes the value inside itself; the simulator does not model that
+    (T5's remaining 0.7%, BENCHMARKS.md)."""
     def read(g: Graph) -> np.ndarray:
         a = g._arrays
         out = np.zeros(a.n, dtype=bool)
@@ -212,7 +213,8 @@ def unrolled(g: Graph) -> np.ndarray:
 def storage(g: Graph) -> tuple[list[int], list[int]]:
     """``(owner, nbytes)``: the node whose storage each value lives in, and the bytes each
     node's own storage holds. A view (``meta["alias_of"]``, set by capture) lives in its
-    base's storage, unless inductor copies it (``meta["copied_view"]``); a tuple (``meta["container"]``) holds none of its own (its items do).
+    base's storage, unless inductor copies it (``meta["copied_view"]``); a tuple
+    (``meta["container"]``) holds none of its own (its items do).
     Graphs without these marks (Checkmate's) give every value its own storage."""
     return g._derived("storage", _storage)
 
