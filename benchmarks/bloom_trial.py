@@ -35,16 +35,22 @@ def build() -> torch.nn.Module:
 
 
 def make(fn, model, ids):
+    return seeded_step(model, lambda: fn(input_ids=ids, labels=ids).loss)
+
+
+def seeded_step(model, loss):
+    """A training step: gradients zeroed, the generator seeded (every method draws the same
+    dropout masks), ``loss()`` computed and its backward run."""
     def step():
         model.zero_grad(set_to_none=False)
         torch.manual_seed(3)
-        out = fn(input_ids=ids, labels=ids)
-        out.loss.backward()
+        loss().backward()
     return step
 
 
-def row(kind: str, budget, ids, reference):
-    """A table row, and the gradients of the step."""
+def row(kind: str, budget, ids, reference, build=build, make=make):
+    """A table row, and the gradients of the step: ``build()`` makes the model and
+    ``make(fn, model, ids)`` its step (another trial passes its own)."""
     torch._dynamo.reset()
     model, plans = build(), []
     if kind == "knob":
@@ -72,21 +78,25 @@ def row(kind: str, budget, ids, reference):
     return f"| {kind} {budget} | {measured:,} | {predicted:,} | {measured / act:.3f} | {err} |", grads
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def table(ids, build=build, make=make, doc: str | None = None) -> None:
+    """The trial's table for the model ``build()`` makes, stepped by ``make`` on ``ids``."""
+    ap = argparse.ArgumentParser(description=(doc or __doc__).split("\n")[0])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    ids = torch.randint(0, 1024, (4, 64), generator=torch.Generator().manual_seed(1))
     print(f"threads: {torch.get_num_threads()}")
     print("| method | measured (B) | predicted (B) | measured / activation | gradient error vs knob 1.0 |")
     print("|---|---|---|---|---|")
-    text, reference = row("knob", 1.0, ids, None)
+    text, reference = row("knob", 1.0, ids, None, build, make)
     print(text, flush=True)
     for kind, budget in [("knob", 0.6), ("knob", 0.2), ("remat", None), ("remat", 0.8), ("remat", 0.6),
                          ("remat", "min")]:
-        print(row(kind, budget, ids, reference)[0], flush=True)
+        print(row(kind, budget, ids, reference, build, make)[0], flush=True)
+
+
+def main() -> None:
+    table(torch.randint(0, 1024, (4, 64), generator=torch.Generator().manual_seed(1)))
 
 
 if __name__ == "__main__":
