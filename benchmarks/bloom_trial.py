@@ -48,9 +48,10 @@ def seeded_step(model, loss):
     return step
 
 
-def row(kind: str, budget, ids, reference, build=build, make=make):
+def row(kind: str, budget, ids, reference, build=build, make=make, solver: str | None = None):
     """A table row, and the gradients of the step: ``build()`` makes the model and
-    ``make(fn, model, ids)`` its step (another trial passes its own)."""
+    ``make(fn, model, ids)`` its step (another trial passes its own); ``solver``: remat's
+    (default ``auto``)."""
     torch._dynamo.reset()
     model, plans = build(), []
     if kind == "knob":
@@ -60,7 +61,8 @@ def row(kind: str, budget, ids, reference, build=build, make=make):
             step()
     else:
         fn = remat.compile(model, cache=False, on_plan=lambda g, p: plans.append(p),
-                           **({} if budget is None else {"budget": budget}))
+                           **({} if budget is None else {"budget": budget}),
+                           **({} if solver is None else {"solver": solver}))
         step = make(fn, model, ids)
         try:
             step()
@@ -75,11 +77,13 @@ def row(kind: str, budget, ids, reference, build=build, make=make):
         return f"| {kind} {budget} | {measured:,} | | | {err} |", grads
     predicted = sum(int(p.peak_bytes) - resident_bytes(p.graph) for p in plans)
     act = sum(activation_bytes(p.graph) for p in plans)
-    return f"| {kind} {budget} | {measured:,} | {predicted:,} | {measured / act:.3f} | {err} |", grads
+    name = f"{kind} {budget}" + (f" ({solver})" if solver else "")
+    return f"| {name} | {measured:,} | {predicted:,} | {measured / act:.3f} | {err} |", grads
 
 
-def table(ids, build=build, make=make, doc: str | None = None) -> None:
-    """The trial's table for the model ``build()`` makes, stepped by ``make`` on ``ids``."""
+def table(ids, build=build, make=make, doc: str | None = None, solvers: tuple[str, ...] = ()) -> None:
+    """The trial's table for the model ``build()`` makes, stepped by ``make`` on ``ids``; a row
+    without a budget for each of remat's ``solvers`` besides ``auto``."""
     ap = argparse.ArgumentParser(description=(doc or __doc__).split("\n")[0])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args()
@@ -93,6 +97,8 @@ def table(ids, build=build, make=make, doc: str | None = None) -> None:
     for kind, budget in [("knob", 0.6), ("knob", 0.2), ("remat", None), ("remat", 0.8), ("remat", 0.6),
                          ("remat", "min")]:
         print(row(kind, budget, ids, reference, build, make)[0], flush=True)
+    for solver in solvers:
+        print(row("remat", None, ids, reference, build, make, solver)[0], flush=True)
 
 
 def main() -> None:

@@ -3,7 +3,8 @@ a convolutional patch embedding, so the forward is channels-last under inductor,
 attention blocks with hidden dropout 0.1), beside PyTorch's own memory-budget knob, under CPU
 inductor. The table of ``bloom_trial.py``: measured peak above the step's start, remat's
 prediction, the measured fraction of the activation memory, and the largest gradient
-difference from the knob at 1.0 (the same dropout masks).
+difference from the knob at 1.0 (the same dropout masks); and PyTorch's own partition
+(``solver="torch-mincut"``) judged by remat's simulator, beside remat's default.
 
     PYTHONPATH=src python benchmarks/vit_trial.py [--threads N]
 """
@@ -43,4 +44,4 @@ def make(fn, model, inputs):
 if __name__ == "__main__":
     g = torch.Generator().manual_seed(1)
     bloom_trial.table((torch.randn(16, 3, 32, 32, generator=g), torch.randint(0, 10, (16,), generator=g)),
-                      build, make, __doc__)
+                      build, make, __doc__, solvers=("torch-mincut",))

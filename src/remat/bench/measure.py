@@ -134,11 +134,32 @@ def memory_events(step: Step, device="cpu", *, lead_in: bool = True) -> list[tup
     ``lead_in`` one more step runs under the profiler first: the measured step then sees
     the frees of what the step before it left (gradients set to None), as the CUDA
     allocator's statistics do."""
+    return [(e.start_ns(), int(e.nbytes())) for e in _step_events(step, device, lead_in)
+            if e.name() == "[memory]" and _on(e, device)]
+
+
+def call_totals(step: Step, names: Iterable[str], device="cpu") -> list[tuple[str, int]]:
+    """``(op, bytes)`` for each top-level call of an op in ``names`` (``"aten::mm"``) while
+    ``step()`` runs: the bytes allocated on ``device`` above the step's start when the call
+    begins (its output, preallocated by inductor's wrapper, included). Lines up with the
+    simulator's timeline at each library call (``benchmarks/peak_trace.py --calls``)."""
+    names = set(names)
+    out, total, until = [], 0, -1
+    for e in _step_events(step, device, lead_in=True):
+        if e.name() == "[memory]":
+            total += int(e.nbytes()) if _on(e, device) else 0
+        elif e.name() in names and e.start_ns() >= until:
+            out.append((e.name(), total))
+            until = e.end_ns()
+    return out
+
+
+def _step_events(step: Step, device, lead_in: bool) -> list:
+    """The profiler's events (ops and memory records) of one ``step()``, in time order (an op
+    before the ops it calls), after a lead-in step when ``lead_in``."""
     activities = [ProfilerActivity.CPU]
     if _is_cuda(device):
         activities.append(ProfilerActivity.CUDA)
-    want = "CUDA" if _is_cuda(device) else "CPU"
-    index = torch.device(device).index if _is_cuda(device) else None
     with _quiet_stderr(), profile(activities=activities, profile_memory=True, record_shapes=False) as prof:
         if lead_in:
             step()
@@ -149,42 +170,15 @@ def memory_events(step: Step, device="cpu", *, lead_in: bool = True) -> list[tup
     events = prof.profiler.kineto_results.events()
     marks = [e for e in events if e.name() == _MARK]
     lo, hi = (marks[0].start_ns(), marks[0].end_ns()) if marks else (-1, 1 << 62)
-    out = []
-    for e in events:
-        if e.name() != "[memory]" or not lo <= e.start_ns() <= hi:
-            continue
-        if want not in str(e.device_type()):
-            continue
-        if index is not None and e.device_index() not in (index, -1):
-            continue
-        out.append((e.start_ns(), int(e.nbytes())))
-    out.sort(key=lambda x: x[0])
-    return out
+    return sorted((e for e in events if lo <= e.start_ns() <= hi), key=lambda e: (e.start_ns(), -e.end_ns()))
 
 
-def call_totals(step: Step, names: Iterable[str], device="cpu") -> list[tuple[str, int]]:
-    """``(op, bytes)`` for each top-level call of an op in ``names`` (``"aten::mm"``) while
-    ``step()`` runs: the bytes allocated above the step's start when the call begins (its
-    output, preallocated by inductor's wrapper, included). Lines up with the simulator's
-    timeline at each library call (``benchmarks/peak_trace.py --calls``)."""
-    names = set(names)
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-        with record_function(_MARK):
-            step()
-    events = prof.profiler.kineto_results.events()
-    marks = [e for e in events if e.name() == _MARK]
-    lo, hi = (marks[0].start_ns(), marks[0].end_ns()) if marks else (-1, 1 << 62)
-    inside = sorted((e for e in events if lo <= e.start_ns() <= hi), key=lambda e: (e.start_ns(), -e.end_ns()))
-    out, total, until = [], 0, -1
-    for e in inside:
-        if e.name() == "[memory]":
-            if "CPU" in str(e.device_type()):
-                total += int(e.nbytes())
-        elif e.name() in names and e.start_ns() >= until:
-            out.append((e.name(), total))
-            until = e.end_ns()
-    return out
+def _on(event, device) -> bool:
+    """Whether a memory record is of ``device``."""
+    if ("CUDA" if _is_cuda(device) else "CPU") not in str(event.device_type()):
+        return False
+    index = torch.device(device).index if _is_cuda(device) else None
+    return index is None or event.device_index() in (index, -1)
 
 
 def _running(events: Sequence[tuple[int, int]]) -> tuple[int, int, list[tuple[float, int]]]:

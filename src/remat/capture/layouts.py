@@ -47,6 +47,10 @@ def _hinted(x):
     return x
 
 
+def _channels_last(val: torch.Tensor) -> tuple[int, ...]:
+    return channels_last_strides(_hinted(tuple(val.shape)))
+
+
 def layouts(nodes: Iterable[fx.Node], copied: set[str] | None = None) -> dict[str, tuple[int, ...]]:
     """``{node name: strides}`` for the values of a channels-last graph that inductor lays out
     channels-last (or as a view of such a value): the graph's 4-d and 5-d inputs of
@@ -60,7 +64,7 @@ def layouts(nodes: Iterable[fx.Node], copied: set[str] | None = None) -> dict[st
             for a in n.args[:2]:
                 val = _tensor(a)
                 if val is not None and a.op == "placeholder" and val.dim() in (4, 5):
-                    out.setdefault(a.name, channels_last_strides(_hinted(tuple(val.shape))))
+                    out.setdefault(a.name, _channels_last(val))
     for n in nodes:
         val = _tensor(n)
         if n.op != "call_function" or val is None:
@@ -69,8 +73,8 @@ def layouts(nodes: Iterable[fx.Node], copied: set[str] | None = None) -> dict[st
         spatial = val.dim() in (4, 5)
         if spatial and (n.target in _CONVOLUTIONS or (
                 n.target is operator.getitem and src is not None and src.target in _CONVOLUTIONS)):
-            out[n.name] = channels_last_strides(_hinted(tuple(val.shape)))
-        elif _is_view(n):
+            out[n.name] = _channels_last(val)
+        elif views_first_input(n):
             if src is None or src.name not in out:
                 continue
             known, strides = _view_strides(n, src, out[src.name])
@@ -81,16 +85,19 @@ def layouts(nodes: Iterable[fx.Node], copied: set[str] | None = None) -> dict[st
         elif spatial:
             inputs = src.all_input_nodes if n.target is operator.getitem and src is not None else n.all_input_nodes
             if any(a.name in out and _tensor(a) is not None and _tensor(a).dim() == val.dim() for a in inputs):
-                out[n.name] = channels_last_strides(_hinted(tuple(val.shape)))
+                out[n.name] = _channels_last(val)
     return out
 
 
-def _is_view(n: fx.Node) -> bool:
+def views_first_input(n: fx.Node) -> bool:
+    """Whether ``n``'s op returns a view of its first argument (its schema's alias sets:
+    ``view``, ``permute``, ``t``...). Capture's ``alias_of`` and the layouts here both ask."""
     schema = getattr(n.target, "_schema", None)
     if schema is None or not schema.returns or not schema.arguments:
         return False
     ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
-    return ret is not None and arg is not None and not ret.is_write
+    return ret is not None and arg is not None and not ret.is_write \
+        and bool(set(ret.before_set) & set(arg.before_set))
 
 
 def _view_strides(n: fx.Node, base: fx.Node, strides: tuple[int, ...]) -> tuple[bool, tuple[int, ...] | None]:

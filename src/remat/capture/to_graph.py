@@ -35,11 +35,12 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils.flop_counter import flop_registry
 from torch.utils._pytree import tree_map
 
+from ..cost.model import library_calls
 from ..errors import UnsupportedGraphError
 from ..graph.graph import Graph, Node
 from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types, prefers_recompute_tag
 from .joint import size_hint as _hint
-from .layouts import copied_views
+from .layouts import copied_views, views_first_input
 from .workspace import inductor_channels_last, layout_copies, measure_workspaces
 
 aten = torch.ops.aten
@@ -170,11 +171,11 @@ def _scatter_falls_back(node: fx.Node) -> bool:
 def _unrolled(node: fx.Node) -> bool:
     """Inductor makes a reduction over fewer than ``unroll_reductions_threshold`` elements
     (8) a pointwise op (``Reduction.create``; on a CPU not when it reduces to one element),
-    which its readers compute inside them, like any pointwise value. T5's relative position
-    bias sums its softmax gradient over a batch of 4: that sum, computed in the embedding
-    backward's kernel two batched matmuls later, kept the attention probabilities and their
-    gradient alive through both (the least-memory plan measured 2.8% above its prediction,
-    which had the sum written where the plan computes it)."""
+    which its readers compute inside them, like any pointwise value, rather than a kernel that
+    writes it (T5's relative-position-bias gradient, a sum over a batch of 4: inductor computes
+    it in the embedding backward's kernel). No figure of ``benchmarks/predictions.py`` moved
+    with this rule: T5's remaining 0.7% is inductor's lazy writing of the value that sum reads
+    (BENCHMARKS.md)."""
     from torch._inductor import config as inductor_config
 
     val = node.meta.get("val")
@@ -204,17 +205,17 @@ _FUNCTIONAL_SCATTERS = (aten.scatter, aten.scatter_add, aten.scatter_reduce, ate
 
 
 def _mark_copied_views(graph_nodes: list[fx.Node], nodes: list[Node], channels_last: bool) -> None:
-    """``meta["copied_view"]`` on the views a library call reads that inductor copies out of a
-    channels-last storage (:func:`remat.capture.layouts.copied_views`)."""
-    by_name = {n.name: n for n in nodes}
-
-    def library(u: fx.Node) -> bool:
-        n = by_name.get(u.name)
-        return n is not None and u.op == "call_function" and not n.fusible \
-            and not (n.meta or {}).get("inductor_kernel")
-
-    for name in copied_views(graph_nodes, channels_last, library):
-        by_name[name].meta["copied_view"] = True
+    """``meta["copied_view"]`` on the views a library call (:func:`remat.cost.model.library_calls`)
+    reads that inductor copies out of a channels-last storage
+    (:func:`remat.capture.layouts.copied_views`). Marked before the Graph is built: a Graph
+    does not change after construction."""
+    if not channels_last:
+        return
+    index = {n.name: i for i, n in enumerate(nodes)}
+    library = library_calls(Graph(nodes))
+    for name in copied_views(graph_nodes, channels_last,
+                             lambda u: u.op == "call_function" and u.name in index and bool(library[index[u.name]])):
+        nodes[index[name]].meta["copied_view"] = True
 
 
 def _check_supported(node: fx.Node) -> None:
@@ -305,13 +306,10 @@ def _memory_meta(node: fx.Node, val, aliases: dict[str, str]) -> dict:
         base = src if src is not None and src.name in aliases else None
     else:
         schema = getattr(node.target, "_schema", None)
-        if schema is not None and schema.returns and schema.arguments and src is not None:
-            ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
-            if ret is not None and arg is not None and not ret.is_write \
-                    and set(ret.before_set) & set(arg.before_set):
-                base = src
-            elif _returns_views_list(schema):
-                base = src  # split/unbind/chunk: the list's items are views of the input
+        if src is not None and views_first_input(node):
+            base = src
+        elif schema is not None and src is not None and _returns_views_list(schema):
+            base = src  # split/unbind/chunk: the list's items are views of the input
     meta: dict = {}
     if base is not None:
         aliases[node.name] = meta["alias_of"] = aliases.get(base.name, base.name)

@@ -186,14 +186,20 @@ def copied_bases(g: Graph) -> list[int]:
     copies it (:mod:`remat.capture.layouts`); the copy has a storage of its own
     (:func:`storage`)."""
     return g._derived("copied_bases", lambda g: [
-        g.index(n.inputs[0]) for n in g.nodes if n.meta and n.meta.get("copied_view") and n.inputs])
+        g.index(g.nodes[i].inputs[0]) for i in np.flatnonzero(marked(g, "copied_view")).tolist()])
 
 
 def inductor_kernels(g: Graph) -> np.ndarray:
     """Non-fusible values inductor still generates a kernel for (capture's
     ``meta["inductor_kernel"]``): not library calls."""
-    return g._derived("inductor_kernels", lambda g: np.array(
-        [bool(n.meta and n.meta.get("inductor_kernel")) for n in g.nodes], dtype=bool))
+    return marked(g, "inductor_kernel")
+
+
+def marked(g: Graph, key: str) -> np.ndarray:
+    """Which nodes capture marked ``meta[key]`` (``"inductor_kernel"``, ``"unrolled"``,
+    ``"copied_view"``, ``"scatters_into_copy"``), derived once per graph."""
+    return g._derived(("marked", key), lambda g: np.array(
+        [bool(n.meta and n.meta.get(key)) for n in g.nodes], dtype=bool))
 
 
 def memory_materialized(g: Graph) -> np.ndarray:
@@ -201,13 +207,7 @@ def memory_materialized(g: Graph) -> np.ndarray:
     :func:`materialized`, and reductions (a reduction kernel writes its result; small),
     except those inductor unrolls into a pointwise op (capture's ``meta["unrolled"]``)."""
     a = g._arrays
-    return materialized(g) | ((a.category == _REDUCTION) & ~unrolled(g))
-
-
-def unrolled(g: Graph) -> np.ndarray:
-    """Reductions inductor computes as pointwise ops (capture's ``meta["unrolled"]``)."""
-    return g._derived("unrolled", lambda g: np.array(
-        [bool(n.meta and n.meta.get("unrolled")) for n in g.nodes], dtype=bool))
+    return materialized(g) | ((a.category == _REDUCTION) & ~marked(g, "unrolled"))
 
 
 def storage(g: Graph) -> tuple[list[int], list[int]]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost.model import (CostModel, constant_bytes, default_cost_model, inductor_kernels, materialized,
+from ..cost.model import (CostModel, constant_bytes, default_cost_model, library_calls, marked, materialized,
                           memory_materialized, profile_for_graph, storage)
 from ..errors import PlanError
 from ..graph.graph import Graph
@@ -363,10 +363,10 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     # GPT-NeoX's plan for 0.8 measured 1.6% above its prediction: a recomputed layer norm's
     # output was allocated beside the logits and their gradient, which the schedule had freed
     grouped = fused is not None and kernel_groups and ((g.meta or {}).get("device") or {}).get("type") == "cpu"
-    kernel = inductor_kernels(g).tolist()  # not a library call
-    into_copy = [bool(n.meta and n.meta.get("scatters_into_copy")) for n in g.nodes]
+    library = library_calls(g).tolist()
+    into_copy = marked(g, "scatters_into_copy").tolist()
     # a view inductor copies out of a channels-last storage reads it in another order: never in place
-    copied_view = [bool(n.meta and n.meta.get("copied_view")) for n in g.nodes]
+    copied_view = marked(g, "copied_view").tolist()
     in_group = False
     pending = 0  # bytes of storages dead in the open group
 
@@ -389,7 +389,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             err(f"statement {k}: {st} names no node of the graph")
             tl.append(mem)
             continue
-        if grouped and st.op == "compute" and (not (fusible[i] or kernel[i]) or (not backward and not forward[i])):
+        if grouped and st.op == "compute" and (library[i] or (not backward and not forward[i])):
             if into_copy[i] and not resident[i] and mem + sizes[owner[i]] > peak:
                 # a scatter ATen runs in place into a copy the kernel before it wrote
                 peak, peak_at = mem + sizes[owner[i]], k
@@ -447,7 +447,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                         traffic_total += raw[j]
                 flops_total += flops[i]
                 kernels += mat[i]
-                if grouped and (fusible[i] or kernel[i]) and counted[i]:
+                if grouped and not library[i] and counted[i]:
                     in_group = True  # a kernel: until the next flush, frees wait
                 if mem + work[i] > peak:
                     peak, peak_at = mem + work[i], k
