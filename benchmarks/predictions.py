@@ -8,8 +8,8 @@ fractions of the activation memory. No step times: ``budgets_vs_torch.py`` and
 ``plan_order.py`` time steps. Models are ``budgets_vs_torch.py``'s ``quick`` ones, and
 ``gptneox``: ``benchmarks/gptneox_trial.py``'s model called as a user calls it (it returns
 its logits and caches beside the loss, and the step holds them through the backward), and
-``bloom`` and ``vit`` (``benchmarks/bloom_trial.py``, ``benchmarks/vit_trial.py``; not in the
-default list).
+``bloom``, ``vit`` and ``vgg`` (``benchmarks/bloom_trial.py``, ``benchmarks/vit_trial.py``,
+``benchmarks/vgg_trial.py``; not in the default list).
 
     PYTHONPATH=src python benchmarks/predictions.py [--models gpt2,t5,llama,qwen2,cnn,resnet18,gptneox]
         [--budgets none,0.6,min] [--compiler inductor] [--device cpu] [--threads N]
@@ -56,8 +56,8 @@ def model_case(name: str, device: str):
         import bloom_trial as trial
 
         return trial.build().to(device), lambda fn, model: trial.make(fn, model, ids)
-    if name == "vit":
-        import vit_trial as trial
+    if name in ("vit", "vgg"):
+        trial = __import__(f"{name}_trial")
 
         g = torch.Generator().manual_seed(1)
         inputs = (torch.randn(16, 3, 32, 32, generator=g).to(device), torch.randint(0, 10, (16,), generator=g).to(device))

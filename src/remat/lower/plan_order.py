@@ -2,7 +2,7 @@
 
 A plan's peak is a property of its order: which values are alive together. Lowering puts the
 forward and backward modules in the schedule's order, and inductor's scheduler starts from it,
-but four of inductor's decisions move memory across the plan's peak. :func:`in_plan_order`,
+but five of inductor's decisions move memory across the plan's peak. :func:`in_plan_order`,
 installed by the backend while inductor compiles a plan of remat's, undoes each; PyTorch's
 partitioners and the fallback compile as inductor would.
 
@@ -33,8 +33,15 @@ partitioners and the fallback compile as inductor would.
   :data:`~remat.plans.simulator.FAR` nodes away where the plan computes it, as the simulator
   counts it.
 
-On T5, Llama, Qwen2 and GPT-2 (``python benchmarks/plan_order.py``, BENCHMARKS.md) the four
-together bring every plan within its prediction, at the same step time. Before, the fusion veto
+- **Reordering for its own estimate of the peak** (``reorder_for_peak_memory``): inductor tries
+  other topological orders of its kernels and keeps the one its estimate ranks lowest. The
+  estimate is not the plan's: on a VGG-style CNN (``benchmarks/vgg_trial.py``, two threads) it
+  computed each max-pool's int64 indices and their copy (4x the pooled activation) one layer
+  early, ahead of the next convolution's backward, and the step without a budget measured
+  6.3% above its prediction. Off: the order is the one the simulator judged.
+
+On T5, Llama, Qwen2 and GPT-2 (``python benchmarks/plan_order.py``, BENCHMARKS.md) the first
+four together brought every plan within its prediction, at the same step time. Before, the fusion veto
 let far kernels fuse where inductor's estimate of the starting order had room: fusions
 compounded, and T5 at 0.6 measured 1.17x its prediction (0.63 of PyTorch's no-recompute peak
 for a budget of 0.6).
@@ -92,10 +99,11 @@ def in_plan_order(near: int | None = None) -> Iterator[PlanOrderChoices | None]:
     """While inductor compiles inside this block, it keeps to the order it starts from: only
     near kernels fuse (:class:`PlanOrderChoices`, ``near`` default :data:`NEAR`), late
     ``addmm`` fusions are split and values read far away are written where they are
-    (:class:`PlanOrderPass`, after any post-grad pass configured), and dead buffers are not
-    held for reuse. Yields the handler, or None where inductor has no choices hook."""
+    (:class:`PlanOrderPass`, after any post-grad pass configured), dead buffers are not
+    held for reuse and kernels are not reordered for inductor's estimate of the peak. Yields the handler, or None where inductor has no choices hook."""
     split = PlanOrderPass(inductor_config.post_grad_custom_post_pass)
-    with inductor_config.patch(post_grad_custom_post_pass=split, allow_buffer_reuse=False):
+    with inductor_config.patch(post_grad_custom_post_pass=split, allow_buffer_reuse=False,
+                               reorder_for_peak_memory=False):
         try:
             from torch._inductor.virtualized import V
             base = V.choices
