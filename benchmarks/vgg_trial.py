@@ -23,19 +23,16 @@ from torch import nn  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 import bloom_trial  # noqa: E402
 
+from remat.zoo.cnn import PooledConvBN  # noqa: E402
+
 
 class VGGLoss(nn.Module):
-    def __init__(self, widths=(16, 32, 64, 64), classes=10) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        layers, c = [], 3
-        for w in widths:
-            layers += [nn.Conv2d(c, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(), nn.MaxPool2d(2)]
-            c = w
-        self.features = nn.Sequential(*layers)
-        self.head = nn.Linear(c * 2 * 2, classes)
+        self.net = PooledConvBN(widths=(16, 32, 64, 64), classes=10, side=32)
 
     def forward(self, x, y):
-        return nn.functional.cross_entropy(self.head(self.features(x).flatten(1)), y)
+        return nn.functional.cross_entropy(self.net(x), y)
 
 
 def build() -> nn.Module:

@@ -353,22 +353,6 @@ def _resnet18_least_memory(below: float) -> None:
     assert predicted * 0.98 <= measured <= 1.02 * predicted, (measured, predicted)
 
 
-class _VGG(nn.Module):
-    """Convolution, BatchNorm, ReLU and 2 x 2 max pooling, four times (``benchmarks/vgg_trial.py``)."""
-
-    def __init__(self, widths=(16, 32, 64, 64)) -> None:
-        super().__init__()
-        layers, c = [], 3
-        for w in widths:
-            layers += [nn.Conv2d(c, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(), nn.MaxPool2d(2)]
-            c = w
-        self.features = nn.Sequential(*layers)
-        self.head = nn.Linear(c * 2 * 2, 10)
-
-    def forward(self, x, y):
-        return nn.functional.cross_entropy(self.head(self.features(x).flatten(1)), y)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("budget", [None, "min"])
 def test_a_vgg_s_plans_on_two_threads_measure_what_they_predict(monkeypatch, budget):
@@ -378,15 +362,17 @@ def test_a_vgg_s_plans_on_two_threads_measure_what_they_predict(monkeypatch, bud
     output last was counted in its storage, which inductor never reuses (39% above)."""
     monkeypatch.setenv("REMAT_CACHE_DIR", "off")
     torch.manual_seed(0)
-    model = _VGG().train()
+    from remat.zoo.cnn import PooledConvBN
+
+    net = PooledConvBN(widths=(16, 32, 64, 64), classes=10, side=32).train()
     x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
     plans = []
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        step_fn = remat.compile(model, cache=False, on_plan=lambda g, p: plans.append(p),
-                                **({} if budget is None else {"budget": budget}))
-        measured, predicted, _ = _measured_and_predicted(model, step_fn, (x, y), plans)
+        step_fn = remat.compile(lambda x: nn.functional.cross_entropy(net(x), y), cache=False,
+                                on_plan=lambda g, p: plans.append(p), **({} if budget is None else {"budget": budget}))
+        measured, predicted, _ = _measured_and_predicted(net, step_fn, (x,), plans)
     finally:
         torch.set_num_threads(before)
     assert predicted * 0.98 <= measured <= 1.02 * predicted, (measured, predicted)

@@ -420,3 +420,22 @@ class ConvBN(nn.Module):
             x = torch.relu(x + block(x))
         x = nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
         return self.head(self.drop(x))
+
+
+class PooledConvBN(nn.Module):
+    """A VGG-style CNN with BatchNorm: for each width a 3x3 convolution, BatchNorm, ReLU and a
+    2x2 max pool, then a linear classifier on the flattened features of a ``side`` x ``side``
+    image. On more than one CPU thread inductor hands each max pool's backward to ATen's
+    scatter (``benchmarks/vgg_trial.py``)."""
+
+    def __init__(self, widths=(16, 32, 64, 64), classes=10, side=32):
+        super().__init__()
+        layers, cin = [], 3
+        for w in widths:
+            layers += [_conv_bn(cin, w, 3, act=nn.ReLU), nn.MaxPool2d(2)]
+            cin, side = w, side // 2
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(cin * side * side, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
