@@ -94,7 +94,8 @@ REALIZE_READS = 4
 class _Fused:
     """Which computes write their value (``writes``), and the storages a value inductor
     computes inside each of its readers keeps alive while it is resident (``holds``: compute
-    statement -> owners)."""
+    statement -> owners), and the computes whose value a later reader computes again inside
+    itself (``recomputed``: they never write in place into what they read)."""
 
     writes: list[bool]
     holds: dict[int, list[int]]
