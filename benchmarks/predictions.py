@@ -8,8 +8,8 @@ fractions of the activation memory. No step times: ``budgets_vs_torch.py`` and
 ``plan_order.py`` time steps. Models are ``budgets_vs_torch.py``'s ``quick`` ones, and
 ``gptneox``: ``benchmarks/gptneox_trial.py``'s model called as a user calls it (it returns
 its logits and caches beside the loss, and the step holds them through the backward), and
-``bloom``, ``vit`` and ``vgg`` (``benchmarks/bloom_trial.py``, ``benchmarks/vit_trial.py``,
-``benchmarks/vgg_trial.py``; not in the default list).
+``bloom``, ``opt``, ``vit`` and ``vgg`` (``benchmarks/bloom_trial.py``, ``benchmarks/opt_trial.py``,
+``benchmarks/vit_trial.py``, ``benchmarks/vgg_trial.py``; not in the default list).
 
     PYTHONPATH=src python benchmarks/predictions.py [--models gpt2,t5,llama,qwen2,cnn,resnet18,gptneox]
         [--budgets none,0.6,min] [--compiler inductor] [--device cpu] [--threads N]
@@ -52,8 +52,8 @@ def model_case(name: str, device: str):
         import gptneox_trial as trial
 
         return trial.build().to(device), lambda fn, model: trial.make(fn, model, ids, hold=True)
-    if name == "bloom":
-        import bloom_trial as trial
+    if name in ("bloom", "opt"):
+        trial = __import__(f"{name}_trial")
 
         return trial.build().to(device), lambda fn, model: trial.make(fn, model, ids)
     if name in ("vit", "vgg"):
