@@ -173,9 +173,8 @@ def _unrolled(node: fx.Node) -> bool:
     (8) a pointwise op (``Reduction.create``; on a CPU not when it reduces to one element),
     which its readers compute inside them, like any pointwise value, rather than a kernel that
     writes it (T5's relative-position-bias gradient, a sum over a batch of 4: inductor computes
-    it in the embedding backward's kernel). No figure of ``benchmarks/predictions.py`` moved
-    with this rule: T5's remaining 0.7% is inductor's lazy writing of the value that sum reads
-    (BENCHMARKS.md)."""
+    it in the embedding backward's kernel, reading what the value it sums reads:
+    :func:`remat.plans.simulator._allocations`)."""
     from torch._inductor import config as inductor_config
 
     val = node.meta.get("val")

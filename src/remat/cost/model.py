@@ -169,8 +169,8 @@ def library_calls(g: Graph) -> np.ndarray:
 def library_read(g: Graph) -> np.ndarray:
     """Values a library call reads (or copies: :func:`copied_bases`): inductor writes them
     (``realize_input``). It does so when it lowers that call, and a fusible reader lowered
-    before the call computes the value inside itself; the simulator does not model that
-    (T5's remaining 0.7%, BENCHMARKS.md)."""
+    before the call computes the value inside itself; the simulator models that for unrolled
+    sums only (:func:`remat.plans.simulator._allocations`; OPT's 0.8 plan, BENCHMARKS.md)."""
     def read(g: Graph) -> np.ndarray:
         a = g._arrays
         out = np.zeros(a.n, dtype=bool)

@@ -137,8 +137,7 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     the attention's probabilities and the gradient's input stayed alive across them, and its
     least-memory plan measured 0.7% above its prediction. Only these sums: a first form of the
     rule for every fusible reader (not kept) over-predicted T5 8% without a budget. On a CPU
-    such a hold keeps a
-    storage that died in the open kernel group (:func:`simulate`).
+    such a hold keeps a storage that died in the open kernel group (:func:`simulate`).
 
     With these rules, in-place writes and the CPU's kernel groups (:func:`simulate`),
     compiled in the plan's order (:mod:`remat.lower.plan_order`), remat's plans of GPT-2, T5,
@@ -150,22 +149,18 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     a = g._arrays
     ins = g.input_indices
     index = g._index
-    mat = memory_materialized(g).tolist()
-    smat = [False] * a.n
-    for i, m in enumerate(mat):
-        if m:
-            smat[owner[i]] = True
+    # the storages written whatever the schedule (memory_materialized: those a library call
+    # reads, and the others), and those written only because a library call reads them
+    # (inductor writes such a value when it lowers the call)
+    lib = library_read(g)
+    lib_s, other_s = [False] * a.n, [False] * a.n
+    for i, (x, y) in enumerate(zip(lib.tolist(), (memory_materialized(g) & ~lib).tolist())):
+        lib_s[owner[i]] |= x
+        other_s[owner[i]] |= y
+    smat = [x or y for x, y in zip(lib_s, other_s)]
+    for_call = [x and not y for x, y in zip(lib_s, other_s)]
     forward = a.forward.tolist()
     primal = a.primal.tolist()
-    # storages written only because a library call reads them: inductor writes such a value when
-    # it lowers the call
-    lib = library_read(g)
-    other = (memory_materialized(g) & ~lib).tolist()
-    for_call, other_s = [False] * a.n, [False] * a.n
-    for i, (x, y) in enumerate(zip(lib.tolist(), other)):
-        for_call[owner[i]] |= x
-        other_s[owner[i]] |= y
-    for_call = [x and not y for x, y in zip(for_call, other_s)]
     realized = [False] * len(schedule.statements)  # written at its own lowering
     calls = library_calls(g).tolist()
     unrolled = marked(g, "unrolled").tolist()
