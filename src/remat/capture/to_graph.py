@@ -459,6 +459,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             meta["layout_copy"] = copies[node.name]
         if _has_symbolic_shape(val):
             meta["sym_shape"] = [str(d) if _is_symbolic(d) else int(d) for d in val.shape]
+        elif compiler == "inductor" and isinstance(val, torch.Tensor) and not val.is_contiguous():
+            meta["strides"] = [int(s) for s in val.stride()]  # a kernel reads it in another order
         if node.op == "placeholder":
             _collect_symbols(val, symbols)
         nodes.append(Node(

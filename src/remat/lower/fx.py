@@ -140,12 +140,18 @@ def rebuild(gm: fx.GraphModule, joint: fx.GraphModule, stmts: list[Statement], *
 
 
 def lower(joint: tc.JointInfo, plan: Plan) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """Forward and backward modules that run ``plan``: the backward receives exactly
-    ``plan.saved``; both bodies follow the plan's schedule (a value the backward reads that does
-    not cross, such as an output of the step a saved-set plan leaves unsaved, is computed
-    again from what does)."""
+    """Forward and backward modules that run ``plan``: the backward receives ``plan.saved`` and
+    the step's outputs its schedule reads; both bodies follow the plan's schedule.
+
+    A schedule keeps the step's outputs to the end, so its backward reads an output the plan
+    does not save from the forward's. So does the lowered backward: it receives the output,
+    which costs no memory while the caller holds it. Computed again instead, an OPT's logits
+    (1 MiB, a matmul) were allocated at the backward's start beside the caller's, and its plan
+    for 0.8 measured 0.7% above its prediction."""
     split = split_schedule(plan.schedule())
     saved = list(plan.saved_names)
+    g = plan.graph
+    saved += [s for s in split.saved if s not in saved and g[s].is_output and not g[s].is_primal]
     by_name = {n.name: n for n in joint.gm.graph.nodes}
     missing = [s for s in saved if s not in by_name]
     if missing:

@@ -184,8 +184,19 @@ def _schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
         return not done[j] and not a.primal[j] and (not a.forward[j] or (j in bwd_work and not held))
 
     # what the backward runs: its own nodes and the forward values it computes (a forward
-    # backward_output that is not saved included)
-    members = sorted(set(bwd_roots) | {i for i in bwd_work if needed(i)})
+    # backward_output that is not saved included) that something it runs reads.
+    # backward_work computes an unsaved output again, but this backward reads it, kept to the
+    # end: what only that output needed is not run (a tanh head's matmul was scheduled once
+    # more at the backward's end, read by nothing)
+    bwd_out = a.backward_output
+    reach = set(bwd_roots) | {i for i in bwd_work if bwd_out[i] and needed(i)}
+    stack = list(reach)
+    while stack:
+        for j in ins[stack.pop()]:
+            if j not in reach and needed(j):
+                reach.add(j)
+                stack.append(j)
+    members = sorted(set(bwd_roots) | {i for i in bwd_work if i in reach})
     for root in [r for r in members if r >= first] + [r for r in members if r < first]:
         if done[root]:
             continue

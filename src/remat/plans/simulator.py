@@ -175,6 +175,7 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     const = [not primal[i] and not ins[i] and not tangent[i] for i in range(a.n)]
     kept = (a.is_output | a.backward_output).tolist()
     item = _tuple_items(g)
+    view = a.view.tolist()
     readers = _readers(schedule, g)
     writes = [False] * len(schedule.statements)
     forced = [False] * len(schedule.statements)  # written as a saved value or for a far reader
@@ -197,9 +198,13 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
                 continue
             if phase[j] != backward:
                 writes[occurrence[j]] = forced[occurrence[j]] = True  # carried across the phases: saved
-            if not read[j] and not const[j] and computes - ordinal[j] > FAR:
+            if view[i]:
+                continue  # not a reader: the far rule looks through views, as plan_order does
+            # how far the first reader is, from the op that computed the view's base
+            r = owner[j] if owner[j] != j and occurrence[owner[j]] >= 0 else j
+            if not read[r] and not const[r] and computes - ordinal[r] > FAR:
                 writes[occurrence[j]] = forced[occurrence[j]] = True  # its first reader is far
-            read[j] = True
+            read[r] = True
         inline = [j for j in ins[i] if not primal[j] and occurrence[j] >= 0 and not writes[occurrence[j]]]
         if unrolled[i]:  # lowered before the call that writes an input: its expression inlined
             lazy = [j for j in ins[i] if occurrence[j] >= 0 and for_call[owner[j]] and owner[j] == j
@@ -368,7 +373,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         direct: dict[int, list[int]] = {}
         via: dict[int, list[int]] = {}
         for r in dying[k]:
-            if r not in ins[i] or not resident[r] or reordered[r]:
+            if r not in ins[i] or not resident[r] or reordered[r] or not same_order(r, i):
                 continue
             if counted[r]:
                 direct.setdefault(owner[r], []).append(r)
@@ -397,6 +402,14 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     into_copy = marked(g, "scatters_into_copy").tolist()
     donor_ok = [not primal[i] and n.role != "tangent" and not into_copy[i] for i, n in enumerate(g.nodes)]
     reordered = _reordered(g)
+    # a kernel writes in place only into what it reads in the order it writes (the same index):
+    # never into a value laid out otherwise (``meta["strides"]``, a non-contiguous value), such
+    # as an attention backward's gradient of V, whose sum with the cache's gradient GPT-NeoX's
+    # least-memory plan wrote into a buffer of its own
+    strides = [(n.meta or {}).get("strides") for n in g.nodes]
+
+    def same_order(r: int, i: int) -> bool:
+        return strides[r] is None or strides[r] == strides[i]
 
     # on a CPU, inductor's C++ backend emits consecutive kernels as one function, allocating
     # their outputs before it and freeing what died after it: a storage that dies between
