@@ -74,7 +74,7 @@ def row(name: str, budget: str, args) -> str:
     model = copy.deepcopy(base)
     plans: list = []
     torch._dynamo.reset()
-    fn = remat.compile(model, compiler=args.compiler, cache=False, dynamic=False,
+    fn = remat.compile(model, compiler=args.compiler, cache=False, dynamic=False, outputs=args.outputs,
                        on_plan=lambda g, p: plans.append(p), **_budget(budget))
     step = make(fn, model)
     try:
@@ -96,6 +96,8 @@ def main() -> None:
     ap.add_argument("--compiler", default="inductor")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--outputs", default="kept", choices=("kept", "dropped"),
+                    help="remat.compile's outputs= (bloom and opt's steps drop theirs)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

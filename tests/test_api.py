@@ -209,3 +209,16 @@ def test_planning_with_a_callback_keeps_the_compile_caches(tmp_path):
     first, second = (r.stdout.strip().splitlines()[-1] for r in runs)
     assert first.startswith("1 ") and "autograd_cache_saved" in first
     assert second.startswith("0 ") and "autograd_cache_hit" in second
+
+
+def test_outputs_dropped_reaches_the_memory_model_and_a_wrong_value_is_refused():
+    """``outputs="dropped"`` marks every graph remat plans (its memory model frees the step's
+    outputs as the forward returns); anything but kept or dropped names both."""
+    with pytest.raises(remat.errors.OptionError, match="'kept'.*'dropped'"):
+        remat.compile(torch.nn.Linear(4, 4), outputs="held")
+    plans = []
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    fn = remat.compile(model, compiler="eager", cache=False, outputs="dropped",
+                       on_plan=lambda g, p: plans.append(p))
+    fn(torch.randn(4, 8)).sum().backward()
+    assert plans and plans[0].graph.meta.get("outputs") == "dropped"

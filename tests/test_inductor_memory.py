@@ -690,3 +690,46 @@ def test_an_embedding_is_a_gather_inductor_computes_inside_its_readers():
     g = remat.plan(lambda ids: emb(ids).sin().sum(), torch.randint(0, 50, (4, 16)), cache=False).graph
     (node,) = [n for n in g.nodes if n.op.startswith("embedding.")]
     assert node.fusible and node.category == "pointwise"
+
+
+def _logits_graph(dropped: bool) -> Graph:
+    """A head whose output (``logits``, an output of the step) the backward reads, with its
+    gradient the size of the logits, and a loss."""
+    return Graph([
+        _t("x", "placeholder", (), "input", role="input"),
+        _t("w", "placeholder", (), "input", role="param"),
+        _t("mm", "mm", ("x", "w"), "compute"),
+        _t("logits", "view", ("mm",), "view", is_output=True, meta={"alias_of": "mm"}),
+        _t("loss", "sum", ("logits",), "reduction", nbytes=4, is_output=True),
+        _t("tangents_1", "placeholder", (), "input", role="tangent", nbytes=4),
+        _t("grad", "mul", ("logits", "tangents_1"), "pointwise", role="backward"),
+        _t("w_grad", "mm", ("grad", "x"), "compute", role="backward", backward_output=True),
+    ], name="logits", meta={"outputs": "dropped"} if dropped else None)
+
+
+def test_outputs_the_caller_drops_are_freed_after_the_backward_s_last_read():
+    """``outputs="dropped"``: the schedule frees the step's outputs after the backward's last
+    read of them (here ``grad``'s) instead of holding them to the end; kept, they live on."""
+    sims = {}
+    for dropped in (False, True):
+        s = schedule_from_saved_set(_logits_graph(dropped), ["x", "w"])
+        frees = [st.node for st in s.statements if st.op == "free"]
+        assert ("logits" in frees) == dropped
+        if dropped:  # after the backward read it
+            at = {(st.op, st.node): k for k, st in enumerate(s.statements)}
+            assert at[("free", "logits")] > at[("compute", "grad")]
+        sims[dropped] = simulate(s, CostModel(fused_memory=True))
+        assert sims[dropped].valid, sims[dropped].errors
+    assert sims[False].end_bytes - sims[True].end_bytes == W + 4  # the logits and the loss
+
+
+def test_nothing_is_written_in_place_into_a_step_output():
+    """The caller may still hold a step output: AOTAutograd never donates it to the backward.
+    Dropped, an OPT's logits died at the log-softmax backward, and the simulator wrote the
+    logits' gradient into them; the step allocated it beside them (1 MiB above the plan)."""
+    g = _logits_graph(True)
+    s = schedule_from_saved_set(g, ["x", "w"])
+    k = next(k for k, st in enumerate(s.statements) if st.op == "compute" and st.node == "grad")
+    sim = simulate(s, CostModel(fused_memory=True))
+    # x, w, the logits and their gradient together (in place it would be 3 W and the scalars)
+    assert sim.timeline[k] >= 4 * W

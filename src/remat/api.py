@@ -21,7 +21,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
             time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
             compiler: str = "inductor", solver_options: Mapping[str, Any] | None = None,
             on_plan: Callable | None = None, cache: bool = True, verbose: bool = False,
-            fullgraph: bool = False,
+            outputs: str = "kept", fullgraph: bool = False,
             dynamic: bool | None = None, mode: str | None = None, options: dict | None = None,
             disable: bool = False, **unknown: Any):
     """``torch.compile`` with remat choosing, for every graph of the training step, what the
@@ -60,6 +60,12 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       ``~/.cache/remat/plans``; ``REMAT_CACHE_DIR=off`` turns it off) instead of solved again;
       ``plan.details["cache"]`` says ``"hit"`` or ``"miss"`` (:mod:`remat.plans.cache`).
     - ``verbose``: show each planning stage on the terminal (a rich status line).
+    - ``outputs``: ``"kept"`` (default) when the caller holds the model's outputs (logits,
+      caches) until the backward ends (``out = model(x); out.loss.backward()``), ``"dropped"``
+      when it drops them as the forward returns (``model(x).loss.backward()``, transformers'
+      ``Trainer``). The memory model then frees them there, or after the backward's last read
+      of those it reads, so budgets can be tighter. A caller that in fact keeps them peaks
+      above the plan's prediction by up to their size.
 
     ``fullgraph``, ``dynamic``, ``mode``, ``options`` (inductor's config) and ``disable`` are
     ``torch.compile``'s. Any other keyword is an error that lists these.
@@ -70,7 +76,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
                           f"torch.compile's: {', '.join(_TORCH_COMPILE)}")
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
                               compiler=compiler, solver_options=dict(solver_options or {}),
-                              on_plan=on_plan, cache=cache, verbose=verbose)
+                              on_plan=on_plan, cache=cache, verbose=verbose, outputs=outputs)
     return _compiled(model, settings, options=options, mode=mode, fullgraph=fullgraph, dynamic=dynamic,
                      disable=disable)
 

@@ -16,6 +16,10 @@ from ..plans.budget import Budget
 from ..solvers import DEFAULT_TIME_LIMIT, check_options, check_time_limit
 
 COMPILERS = ("inductor", "eager")
+
+OUTPUTS = ("kept", "dropped")
+"""Whether the caller holds the step's outputs (logits, caches) until its backward ends
+(``kept``) or drops them when the forward returns (``dropped``)."""
 """``inductor`` compiles kernels; ``eager`` runs the same partitioned graphs op by op (no
 codegen: fast to compile, for tests and inspection)."""
 
@@ -36,6 +40,7 @@ class Options:
     on_plan: Callable[..., Any] | None = None
     cache: bool = True
     verbose: bool = False
+    outputs: str = "kept"
     plans_for: str | None = None
     """The compiler the plans are made for, where it is not the one that runs: ``remat.plan``
     runs ``eager`` to capture without codegen but plans for ``inductor`` (fused memory), as
@@ -67,17 +72,21 @@ class Options:
             raise OptionError(f"verbose must be True or False, not {o.verbose!r}")
         if not isinstance(o.cache, bool):
             raise OptionError(f"cache must be True or False, not {o.cache!r}")
+        if o.outputs not in OUTPUTS:
+            raise OptionError(f"outputs must be 'kept' (the caller holds the step's outputs through "
+                              f"the backward) or 'dropped' (it drops them when the forward returns, as "
+                              f"model(x).loss.backward() does), not {o.outputs!r}")
         check_options(o.solver, dict(o.solver_options), budget)
         return cls(o.solver, budget, check_time_limit(o.time_limit), o.strict, o.compiler,
-                   dict(o.solver_options), o.on_plan, o.cache, o.verbose)
+                   dict(o.solver_options), o.on_plan, o.cache, o.verbose, o.outputs)
 
     def key(self) -> str:
         """What decides the plans (the callback does not): for compile caches."""
         opts = sorted(self.solver_options.items())
         budget = None if self.budget is None else (self.budget.kind, self.budget.value)
         return (f"{self.solver}|{budget}|{self.time_limit}|{self.strict}|{opts}|cache={self.cache}"
-                f"|for={self.planned_compiler}")
+                f"|for={self.planned_compiler}|outputs={self.outputs}")
 
 
 NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan", "cache",
-         "verbose")
+         "verbose", "outputs")

@@ -132,6 +132,8 @@ class RematPartitioner(CustomPartitionerFn):
                                  compiler=self.options.planned_compiler)
         if reference is not None:
             graph.meta[REFERENCE_SAVED] = [s for s in reference if s in graph]
+        if self.options.outputs == "dropped":
+            graph.meta["outputs"] = "dropped"  # the caller drops them as the forward returns
         return graph
 
     def _plan(self, graph) -> Plan:

@@ -94,6 +94,16 @@ def kept_to_end(g: Graph) -> np.ndarray:
     return a.primal | a.is_output | a.backward_output
 
 
+def dropped_outputs(g: Graph) -> np.ndarray:
+    """Forward outputs the caller drops as the forward returns (``g.meta["outputs"] ==
+    "dropped"``, remat.compile's ``outputs="dropped"``): a schedule keeps them to the forward's
+    end, then frees them, or after the backward's last read of those the backward reads."""
+    a = g._arrays
+    if (g.meta or {}).get("outputs") != "dropped":
+        return np.zeros(a.n, dtype=bool)
+    return a.is_output & a.forward & ~a.primal & ~a.backward_output
+
+
 def never_recomputed(g: Graph) -> np.ndarray:
     """Nodes a schedule may compute only once: random ops (a second run would draw fresh
     randomness) and nodes flagged ``must_save``."""
@@ -214,8 +224,11 @@ def _schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     stmts: list[Statement] = []
     names = a.names
     _emit(stmts, names, ins, fwd, keep | is_saved, first_phase=True)
-    # the backward reads each saved value, then frees it after its last backward use
-    _emit(stmts, names, ins, bwd, keep, carried=np.flatnonzero(is_saved & ~a.primal).tolist())
+    # the backward reads each saved value, then frees it after its last backward use; so too
+    # each output the caller drops as the forward returns
+    dropped = dropped_outputs(g)
+    _emit(stmts, names, ins, bwd, keep & ~dropped,
+          carried=np.flatnonzero((is_saved | dropped) & ~a.primal).tolist())
     return Schedule(g, stmts, {"lowered_from": "saved_set", "saved": saved})
 
 

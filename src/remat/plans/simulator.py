@@ -43,7 +43,7 @@ from ..cost.model import (CostModel, constant_bytes, default_cost_model, library
                           materialized, memory_materialized, profile_for_graph, storage)
 from ..errors import PlanError
 from ..graph.graph import Graph
-from .schedule import Schedule, kept_to_end, never_recomputed, required_nodes
+from .schedule import Schedule, dropped_outputs, kept_to_end, never_recomputed, required_nodes
 
 
 @dataclass
@@ -327,7 +327,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     ins = g.input_indices
     owner, sizes = storage(g)
     primal = a.primal.tolist()
-    keep = kept_to_end(g).tolist()
+    keep = (kept_to_end(g) & ~dropped_outputs(g)).tolist()
     once = never_recomputed(g).tolist()
     resident = list(primal)
     # a storage is held while any value living in it is resident (a view keeps its base)
@@ -398,9 +398,13 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     # never into an input or a tangent, nor into what ATen scattered into (inductor's buffer
     # of a mutating call has a mutation layout, which inductor never reuses: a VGG backward's
     # ReLU gradient took a buffer of its own beside the max-pool gradient it read last, and
-    # its plan for the least memory measured 39% above a prediction that wrote it in place)
+    # its plan for the least memory measured 39% above a prediction that wrote it in place),
+    # nor into a step output the backward reads (the caller may hold it: an OPT's logits
+    # gradient took a buffer beside the logits its caller had dropped)
     into_copy = marked(g, "scatters_into_copy").tolist()
-    donor_ok = [not primal[i] and n.role != "tangent" and not into_copy[i] for i, n in enumerate(g.nodes)]
+    output = {owner[i] for i in np.flatnonzero(g._arrays.is_output).tolist()}  # storages outputs live in
+    donor_ok = [not primal[i] and n.role != "tangent" and not into_copy[i] and i not in output
+                for i, n in enumerate(g.nodes)]
     reordered = _reordered(g)
     # a kernel writes in place only into what it reads in the order it writes (the same index):
     # never into a value laid out otherwise (``meta["strides"]``, a non-contiguous value), such
