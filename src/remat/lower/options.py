@@ -16,12 +16,12 @@ from ..plans.budget import Budget
 from ..solvers import DEFAULT_TIME_LIMIT, check_options, check_time_limit
 
 COMPILERS = ("inductor", "eager")
+"""``inductor`` compiles kernels; ``eager`` runs the same partitioned graphs op by op (no
+codegen: fast to compile, for tests and inspection)."""
 
 OUTPUTS = ("kept", "dropped")
 """Whether the caller holds the step's outputs (logits, caches) until its backward ends
 (``kept``) or drops them when the forward returns (``dropped``)."""
-"""``inductor`` compiles kernels; ``eager`` runs the same partitioned graphs op by op (no
-codegen: fast to compile, for tests and inspection)."""
 
 
 @dataclass(frozen=True)
