@@ -40,11 +40,14 @@ def make(fn, model, ids):
 
 def seeded_step(model, loss):
     """A training step: gradients zeroed, the generator seeded (every method draws the same
-    dropout masks), ``loss()`` computed and its backward run."""
+    dropout masks), ``loss()`` computed and its backward run. ``loss()`` may return the model's
+    output instead (its ``.loss`` is run): the step then holds that output through the
+    backward, as a loop that reads ``out.logits`` does."""
     def step():
         model.zero_grad(set_to_none=False)
         torch.manual_seed(3)
-        loss().backward()
+        out = loss()
+        getattr(out, "loss", out).backward()
     return step
 
 

@@ -32,14 +32,8 @@ def build() -> torch.nn.Module:
 
 
 def make(fn, model, ids):
-    """A step that holds the model's output (logits, cache) through the backward, as a loop
-    that reads ``out.loss`` and ``out.logits`` does; the generator seeded as in bloom_trial."""
-    def step():
-        model.zero_grad(set_to_none=False)
-        torch.manual_seed(3)
-        out = fn(input_ids=ids, labels=ids)
-        out.loss.backward()
-    return step
+    """A step that holds the model's output (logits, cache) through the backward."""
+    return bloom_trial.seeded_step(model, lambda: fn(input_ids=ids, labels=ids))
 
 
 if __name__ == "__main__":

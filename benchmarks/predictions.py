@@ -39,6 +39,7 @@ import budgets_vs_torch as bvt  # noqa: E402
 import remat  # noqa: E402
 from remat.bench.measure import peak_memory  # noqa: E402
 from remat.plans.budget import activation_bytes, resident_bytes  # noqa: E402
+from remat.lower.options import OUTPUTS  # noqa: E402
 
 
 def _budget(text: str):
@@ -96,7 +97,7 @@ def main() -> None:
     ap.add_argument("--compiler", default="inductor")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    ap.add_argument("--outputs", default="kept", choices=("kept", "dropped"),
+    ap.add_argument("--outputs", default="kept", choices=OUTPUTS,
                     help="remat.compile's outputs= (bloom and opt's steps drop theirs)")
     args = ap.parse_args()
     if args.threads:

@@ -402,7 +402,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     # nor into a step output the backward reads (the caller may hold it: an OPT's logits
     # gradient took a buffer beside the logits its caller had dropped)
     into_copy = marked(g, "scatters_into_copy").tolist()
-    output = {owner[i] for i in np.flatnonzero(g._arrays.is_output).tolist()}  # storages outputs live in
+    output = {owner[i] for i in np.flatnonzero(a.is_output).tolist()}  # storages outputs live in
     donor_ok = [not primal[i] and n.role != "tangent" and not into_copy[i] and i not in output
                 for i, n in enumerate(g.nodes)]
     reordered = _reordered(g)
