@@ -1,7 +1,9 @@
 """A user trial on a model no test names: BLOOM (ALiBi attention, tanh-GELU, hidden dropout
 0.1), called as a user calls it, beside PyTorch's own memory-budget knob, under CPU inductor.
 
-``model(input_ids=ids, labels=ids)`` with its output held through the backward. Prints each
+``model(input_ids=ids, labels=ids).loss.backward()``: the output (logits, cache) is dropped as
+the forward returns, which remat's default memory model does not assume (``outputs="dropped"``
+says so; BENCHMARKS.md "Steps that drop their outputs"). Prints each
 step's measured peak above its start (profiler), remat's prediction, the measured peak as a
 fraction of the activation memory remat counts, and the largest gradient difference from
 the knob at 1.0 (the same dropout masks: each step seeds the generator).
