@@ -2,7 +2,9 @@
 
 The backward starts with the schedule's first tangent (in a graph without tangents, its first
 backward node); the statements before it form the forward pass. The values resident at that
-point which the backward reads before computing them again are the saved set. Lowering
+point which the backward reads before computing them again are the saved set. A value the
+forward offloads and the backward reloads crosses as its host copy (``offloaded``, a part of
+the saved set). Lowering
 (:mod:`remat.lower.fx`) builds the two fx graphs from these phases.
 """
 
@@ -20,6 +22,7 @@ class Split:
     forward: list[Statement]
     backward: list[Statement]
     saved: list[str]
+    offloaded: list[str] = ()  # saved values that cross as host copies (offload ... reload)
 
 
 def split_schedule(schedule: Schedule) -> Split:
@@ -34,16 +37,31 @@ def split_schedule(schedule: Schedule) -> Split:
     fw = stmts[:cut]
     bw = [s for s in stmts[cut:] if not (s.op == "compute" and g[s.node].role == "tangent")]
     resident: set[str] = set()
+    host: set[str] = set()  # host copies the forward made
     for s in fw:
-        if s.op == "compute":
+        if s.op in ("compute", "reload"):
             resident.add(s.node)
-        else:
+        elif s.op == "free":
             resident.discard(s.node)
+        elif s.op == "offload":
+            host.add(s.node)
     saved: list[str] = []
+    offloaded: list[str] = []
     valid = set(resident)  # the forward's values still current in the backward
     for s in bw:
         if s.op == "free":
             valid.discard(s.node)
+            continue
+        if s.op == "reload":
+            if s.node in host and s.node not in valid and s.node not in saved:
+                saved.append(s.node)  # crosses as the forward's host copy
+                offloaded.append(s.node)
+            host.discard(s.node)
+            valid.discard(s.node)
+            continue
+        if s.op == "offload":
+            if s.node in valid and s.node not in saved:
+                saved.append(s.node)
             continue
         for i in g[s.node].inputs:
             n = g[i]
@@ -54,7 +72,7 @@ def split_schedule(schedule: Schedule) -> Split:
         if n.backward_output and n.name in resident and n.name not in saved:
             saved.append(n.name)
     fw, saved = _save_items_not_tuples(g, fw, saved)
-    return Split(fw, bw, saved)
+    return Split(fw, bw, saved, offloaded)
 
 
 def _save_items_not_tuples(g: Graph, fw: list[Statement], saved: list[str]):

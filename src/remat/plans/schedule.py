@@ -2,7 +2,10 @@
 
 A :class:`Schedule` is a list of statements over a :class:`~remat.graph.Graph`:
 ``compute v`` evaluates node ``v`` (computing it a second time is a recomputation) and
-``free v`` releases its memory (seeds/001 Section 4.9, Algorithm 1). Inputs and parameters
+``free v`` releases its memory (seeds/001 Section 4.9, Algorithm 1). ``offload v`` copies a
+resident value to host memory on the copy stream (its device memory is released by the next
+``free v``, once the copy is done) and ``reload v`` copies it back before a use (seeds/004
+Section 5.2's Store and Load; JSON ``{"op": "offload", "node": "v"}``). Inputs and parameters
 are resident from the start and are never computed or freed; a tangent is computed (it
 costs nothing and reads nothing) when the backward starts. Every solver's plan lowers to a
 Schedule so that one simulator (:mod:`remat.plans.simulator`) judges all of them.
@@ -26,12 +29,15 @@ from ..errors import PlanError
 from ..graph.graph import Graph
 from .saved_set import _required_forward, backward_work
 
-OPS = ("compute", "free")
-"""Statement kinds. Offload and reload will join them (MAGIS-style swapping)."""
+OPS = ("compute", "free", "offload", "reload")
+"""Statement kinds: compute and free (recomputation), offload and reload (swapping)."""
+
+COPIES = ("offload", "reload")
+"""The statements that run on the copy stream."""
 
 
 class Statement(NamedTuple):
-    """One statement: ``op`` (``compute`` or ``free``) of ``node``."""
+    """One statement: ``op`` (one of :data:`OPS`) of ``node``."""
 
     op: str
     node: str
@@ -65,6 +71,11 @@ class Schedule:
     def recomputed(self) -> list[str]:
         """Nodes computed more than once, in first-computation order."""
         return [n for n, c in self.compute_counts().items() if c > 1]
+
+    @property
+    def offloaded(self) -> list[str]:
+        """Nodes the schedule offloads to host memory, in first-offload order."""
+        return list(dict.fromkeys(s.node for s in self.statements if s.op == "offload"))
 
     def to_list(self) -> list[dict[str, str]]:
         return [{"op": s.op, "node": s.node} for s in self.statements]
