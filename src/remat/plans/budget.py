@@ -37,7 +37,7 @@ import numpy as np
 from ..cost.model import constant_bytes, default_cost_model
 from ..errors import BudgetError
 from ..graph.graph import Graph
-from .schedule import schedule_from_saved_set
+from .schedule import Schedule, schedule_from_saved_set
 from .simulator import simulate
 from .stages import lifetime_matrix, schedule_from_rs, staged
 
@@ -138,20 +138,28 @@ def reference_saved(g: Graph) -> list[str] | None:
     return None if saved is None else [s for s in saved if s in g]
 
 
+def reference_schedule(g: Graph) -> Schedule:
+    """The schedule :func:`reference_peak` simulates: PyTorch's partition without
+    recomputation where capture recorded it, else seeds/001's checkpoint-all in staged order."""
+    saved = reference_saved(g)
+    if saved is not None:
+        s = schedule_from_saved_set(g, saved)
+        if simulate(s, default_cost_model(g), kernel_groups=False, timeline=False).valid:
+            return s
+    st = staged(g)
+    return schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st))
+
+
 def _reference(g: Graph):
     saved = reference_saved(g)
     cm = default_cost_model(g)
 
     def run(g: Graph):
-        if saved is not None:
-            # inductor compiles PyTorch's partition in its own order, reusing dead buffers: the
-            # CPU kernel groups of remat's plan order do not hold (GPT-NeoX: 10% over its
-            # measured peak with them, to the byte without)
-            sim = simulate(schedule_from_saved_set(g, saved), cm, kernel_groups=False)
-            if sim.valid:
-                return sim
-        st = staged(g)
-        return simulate(schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st)), cm)
+        # inductor compiles PyTorch's partition in its own order, reusing dead buffers: the
+        # CPU kernel groups of remat's plan order do not hold (GPT-NeoX: 10% over its
+        # measured peak with them, to the byte without)
+        s = reference_schedule(g)
+        return simulate(s, cm, kernel_groups=s.meta.get("lowered_from") != "saved_set")
 
     # keyed by what graph.meta decides (the recorded saved set, the compiler's memory model),
     # which capture and callers may set after other derived values were memoized

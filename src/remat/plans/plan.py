@@ -44,8 +44,8 @@ class Decision(str, Enum):
     - ``SAVE``: computed in the forward and kept until the backward reads it;
     - ``RECOMPUTE``: computed by the backward (again, or for the first time when the forward
       does not need it);
-    - ``OFFLOAD``: copied to host memory after the forward and back before the backward
-      (``offload``/``reload`` statements; MAGIS, not produced by any solver yet);
+    - ``OFFLOAD``: copied to host memory and back before a later use (``offload``/``reload``
+      statements; seeds/004's swapping: the ``swap`` and ``swap-recompute`` solvers);
     - ``SPLIT``: produced in parts along a dimension (fission; MAGIS, not produced yet).
     """
 
@@ -133,9 +133,11 @@ class Plan:
         computed_fwd = {s.node for s in phases.forward if s.op == "compute"}
         by_backward = sorted({s.node for s in phases.backward if s.op == "compute" and g[s.node].is_forward},
                              key=g.index)
-        return cls._made(g, list(schedule.statements), solver, phases.saved,
+        plan = cls._made(g, list(schedule.statements), solver, phases.saved,
                          [n for n in by_backward if n in computed_fwd],
                          [n for n in by_backward if n not in computed_fwd], report)
+        plan.decisions.update((name, Decision.OFFLOAD) for name in schedule.offloaded)
+        return plan
 
     @classmethod
     def from_saved_set(cls, g: Graph, saved: Iterable[str], *, solver: str, **report: Any) -> "Plan":

@@ -43,7 +43,8 @@ from ..cost.model import (CostModel, constant_bytes, default_cost_model, library
                           materialized, memory_materialized, profile_for_graph, storage)
 from ..errors import PlanError
 from ..graph.graph import Graph
-from .schedule import Schedule, dropped_outputs, kept_to_end, never_recomputed, required_nodes
+from ..cost.transfer import Link, link_for_graph
+from .schedule import COPIES, Schedule, dropped_outputs, kept_to_end, never_recomputed, required_nodes
 
 
 @dataclass
@@ -61,6 +62,13 @@ class SimResult:
     computes: int
     recomputes: int  # compute statements beyond the first of each node
     meta: dict = field(default_factory=dict)
+    # swapping (offload/reload statements) on two streams, in the graph's time unit
+    offloads: int = 0
+    reloads: int = 0
+    copy_seconds: float = 0.0  # the copy stream's busy time (on a CPU, copies on the one stream)
+    wait_seconds: float = 0.0  # added to the step by copies: compute waiting, or copies after it
+    host_peak_bytes: int = 0  # host memory the offloaded values take at most
+    times: list = field(default_factory=list)  # (stream, start, end) per statement, with timeline
 
     def within(self, budget: float) -> bool:
         return self.valid and self.peak_bytes <= budget
@@ -190,7 +198,17 @@ def _allocations(schedule: Schedule, g: Graph, owner: list[int]) -> _Fused:
     computes = 0
     for k, st in enumerate(schedule.statements):
         i = index.get(st.node)
-        if i is None or st.op != "compute":
+        if i is None:
+            continue
+        if st.op == "offload" and occurrence[i] >= 0:  # the copy reads it from memory
+            writes[occurrence[i]] = forced[occurrence[i]] = True
+            continue
+        if st.op == "reload":  # a fresh buffer the copy writes
+            writes[k] = forced[k] = True
+            occurrence[i], ordinal[i], read[i], phase[i] = k, computes, False, backward
+            reads[i], heavy[i] = frozenset({owner[i]}), False
+            continue
+        if st.op != "compute":
             continue
         backward = backward or not forward[i]
         for j in ins[i]:
@@ -241,11 +259,12 @@ def _readers(schedule: Schedule, g: Graph) -> list[int]:
     current: dict[int, int] = {}  # node -> its latest compute statement
     for k, st in enumerate(schedule.statements):
         i = index.get(st.node)
-        if i is None or st.op != "compute":
+        if i is None or st.op not in ("compute", "reload"):
             continue
-        for j in set(ins[i]):
-            if j in current:
-                count[current[j]] += 1
+        if st.op == "compute":
+            for j in set(ins[i]):
+                if j in current:
+                    count[current[j]] += 1
         current[i] = k
     return count
 
@@ -317,12 +336,27 @@ def _dying(schedule: Schedule, index: dict[str, int]) -> list[list[int]]:
 
 
 def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
-             timeline: bool = True, kernel_groups: bool = True) -> SimResult:
+             timeline: bool = True, kernel_groups: bool = True, link: Link | None = None) -> SimResult:
     """Replay ``schedule`` on its graph; see the module docstring for the rules.
     ``kernel_groups=False`` frees values where the schedule says even in a CPU kernel group
-    (see below): for a partition inductor compiles in its own order."""
+    (see below): for a partition inductor compiles in its own order. ``link``: the host link
+    offloads and reloads use (:func:`remat.cost.transfer.link_for_graph` by default).
+
+    **Two streams** (seeds/004 Section 6.2, MAGIS's simulator): computes run one after another
+    on the compute stream, each taking its op's additive cost (:meth:`CostModel.op_costs`) and
+    starting once the reloads it reads are done; an ``offload`` or ``reload`` runs on the copy
+    stream (on a CPU, on the one stream) for ``link.seconds(bytes)``, starting when both
+    streams have reached it in program order (PyTorch's copy stream waits for the compute
+    stream), and a reload not before its value's offload is done. An offloaded value's device
+    memory is released at its ``free`` or, if the copy is still running then, at the first
+    statement after the copy ends; a reloaded value takes device memory from the reload's
+    statement (where its buffer is allocated) to its next free. The predicted time is the
+    single-stream prediction plus ``wait_seconds``: the time compute waited for copies, and
+    copies that ran past compute's end."""
     g: Graph = schedule.graph
     cm = cost_model or default_cost_model(g)
+    copies = any(st.op in COPIES for st in schedule.statements)
+    link = link or (link_for_graph(g, cm) if copies else Link(float("inf")))
     a = g._arrays
     ins = g.input_indices
     owner, sizes = storage(g)
@@ -359,6 +393,13 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     read_by_fused = [0] * a.n  # 1 + phase in which fused kernels have read the value
     n_computes = 0
     index = g._index
+    # the two streams: clocks, when each resident value is ready, when its host copy is done
+    t_comp = t_copy = busy_copy = 0.0
+    ready = [0.0] * a.n
+    off_end = [-1.0] * a.n  # -1: no host copy
+    deferred: list[tuple[float, int]] = []  # (copy end, storage): released once compute passes it
+    host = host_peak = n_off = n_rel = 0
+    times: list[tuple[str, float, float]] = []
 
     def err(msg: str) -> None:
         if len(errors) < _MAX_ERRORS:
@@ -373,7 +414,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         direct: dict[int, list[int]] = {}
         via: dict[int, list[int]] = {}
         for r in dying[k]:
-            if r not in ins[i] or not resident[r] or reordered[r] or not same_order(r, i):
+            if r not in ins[i] or not resident[r] or reordered[r] or not same_order(r, i) or off_end[r] >= 0:
                 continue
             if counted[r]:
                 direct.setdefault(owner[r], []).append(r)
@@ -445,11 +486,15 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         in_group = False
 
     for k, st in enumerate(schedule.statements):
+        while deferred and deferred[0][0] <= t_comp:  # offloads done: their device copies go
+            mem -= sizes[deferred.pop(0)[1]]
         i = index.get(st.node)
         if i is None:
             err(f"statement {k}: {st} names no node of the graph")
             tl.append(mem)
             continue
+        if grouped and st.op in COPIES:
+            flush()  # a copy is a call of its own
         if grouped and st.op == "compute" and (library[i] or (not backward and not forward[i])):
             if into_copy[i] and not resident[i] and mem + sizes[owner[i]] > peak:
                 # a scatter ATen runs in place into a copy the kernel before it wrote
@@ -464,9 +509,15 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 err(f"statement {k}: {st}: {g.nodes[i].name!r} may be computed only once "
                     "(a random op would draw fresh randomness; or it is flagged must_save)")
             else:
-                missing = [g.nodes[j].name for j in ins[i] if not resident[j]]
+                missing = [j for j in ins[i] if not resident[j]]
                 if missing:
-                    err(f"statement {k}: {st}: input {missing[0]!r} is not resident")
+                    why = " (offloaded: reload it first)" if off_end[missing[0]] >= 0 else ""
+                    err(f"statement {k}: {st}: input {g.nodes[missing[0]].name!r} is not resident{why}")
+                start = max([t_comp] + [ready[j] for j in ins[i]])
+                t_comp = start + op_cost[i]
+                ready[i] = t_comp
+                if timeline:
+                    times.append(("compute", start, t_comp))
                 resident[i] = True
                 computed[i] = True
                 o = owner[i]
@@ -536,9 +587,52 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 if counted[i]:
                     refs[o] -= 1
                     if refs[o] == 0:
-                        drop(o)
+                        if off_end[i] > t_comp:  # the copy still reads it
+                            deferred.append((off_end[i], o))
+                            deferred.sort()
+                        else:
+                            drop(o)
+        elif st.op == "offload":
+            if primal[i]:
+                err(f"statement {k}: {st}: inputs and parameters stay on the device")
+            elif not resident[i]:
+                err(f"statement {k}: {st}: value is not resident")
+            elif owner[i] != i:
+                err(f"statement {k}: {st}: a view of {g.nodes[owner[i]].name!r}: offload that instead")
+            elif off_end[i] >= 0:
+                err(f"statement {k}: {st}: value already has a host copy")
+            else:
+                start, t_copy, t_comp = _copy(link, sizes[i], max(t_comp, ready[i]), t_copy, t_comp)
+                off_end[i] = t_copy if link.asynchronous else t_comp
+                busy_copy += off_end[i] - start
+                n_off += 1
+                host += sizes[i]
+                host_peak = max(host_peak, host)
+                if timeline:
+                    times.append(("copy", start, off_end[i]))
+        elif st.op == "reload":
+            if off_end[i] < 0:
+                err(f"statement {k}: {st}: value was not offloaded")
+            elif resident[i]:
+                err(f"statement {k}: {st}: value is already resident")
+            else:
+                start, t_copy, t_comp = _copy(link, sizes[i], max(t_comp, off_end[i]), t_copy, t_comp)
+                ready[i] = t_copy if link.asynchronous else t_comp
+                busy_copy += ready[i] - start
+                n_rel += 1
+                resident[i], counted[i], held[i] = True, True, ()
+                phase[i], written[i] = backward, True
+                refs[owner[i]] += 1
+                if refs[owner[i]] == 1:
+                    mem += sizes[owner[i]]
+                if mem > peak:
+                    peak, peak_at = mem, k
+                if timeline:
+                    times.append(("copy", start, ready[i]))
         else:
             err(f"statement {k}: unknown op {st.op!r}")
+        if timeline and len(times) <= k:
+            times.append(("", t_comp, t_comp))
         mem -= copy_ends.pop(k, 0)
         if timeline:
             tl.append(mem)
@@ -547,9 +641,25 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     for i in missing_req[:5]:
         err(f"required node {g.nodes[i].name!r} is never computed")
     n_unique = sum(computed)
+    busy_compute = sum(op_cost[index[st.node]] for st in schedule.statements
+                       if st.op == "compute" and st.node in index) if copies else 0.0
+    wait = max(t_comp, t_copy) - busy_compute if copies else 0.0
     return SimResult(
         valid=not errors, errors=errors, peak_bytes=int(peak), peak_statement=peak_at,
-        timeline=tl, constant_bytes=constant, end_bytes=int(mem), compute_cost=compute_cost,
-        traffic_bytes=int(traffic_total), predicted_seconds=cm.seconds(compute_cost, traffic_total, flops_total, kernels, g),
-        computes=n_computes, recomputes=n_computes - n_unique,
+        timeline=tl, constant_bytes=constant, end_bytes=int(mem + sum(sizes[o] for _, o in deferred)),
+        compute_cost=compute_cost, traffic_bytes=int(traffic_total),
+        predicted_seconds=cm.seconds(compute_cost, traffic_total, flops_total, kernels, g) + wait,
+        computes=n_computes, recomputes=n_computes - n_unique, offloads=n_off, reloads=n_rel,
+        copy_seconds=busy_copy, wait_seconds=wait, host_peak_bytes=host_peak, times=times,
     )
+
+
+def _copy(link: Link, nbytes: int, earliest: float, t_copy: float, t_comp: float):
+    """One copy that may start at ``earliest``: (its start, the copy clock, the compute clock)
+    after it. An asynchronous link's copy waits for the copy stream; a synchronous one runs on
+    the compute stream."""
+    if link.asynchronous:
+        start = max(earliest, t_copy)
+        return start, start + link.seconds(nbytes), t_comp
+    start = max(earliest, t_comp)
+    return start, t_copy, start + link.seconds(nbytes)

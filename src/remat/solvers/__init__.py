@@ -14,7 +14,8 @@ PyTorch partitioners listed here run on captured fx graphs (:mod:`remat.lower`).
 from __future__ import annotations
 
 from . import mincut as _mincut
-from .auto import auto
+from .auto import auto, swap_recompute
+from .swap import swap_only
 from .baselines import BASELINES, DESCRIPTIONS
 from .checkmate import checkmate, checkmate_lp
 from .registry import (DEFAULT_TIME_LIMIT, SolverInfo, check_options, check_time_limit, info, names,
@@ -32,6 +33,10 @@ register("checkmate-lp", "checkmate", "required", "seeds/001's LP relaxation wit
          checkmate_lp)
 for _name, _fn in BASELINES.items():
     register(_name, "baselines", "optional", DESCRIPTIONS[_name], _fn)
+register("swap", "magis", "required", "seeds/004's swapping alone: the step without "
+         "recomputation, its hot spots offloaded to host memory until it fits", swap_only)
+register("swap-recompute", "magis", "required", "offloading chosen jointly with recomputation: "
+         "auto's plans for several budgets, each swapped down; the fastest that fits", swap_recompute)
 register("torch-mincut", "pytorch", "none", "PyTorch's own partitioner (min_cut_rematerialization_"
          "partition), as torch.compile runs it")
 register("no-recompute", "pytorch", "none", "PyTorch's default_partition: saves what eager autograd "

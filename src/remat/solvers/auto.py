@@ -22,6 +22,11 @@ With a budget, in this order, each stage only if the ones before found nothing t
    inductor compiles (:func:`staged_schedules_run_as_planned`): there ``auto`` keeps to saved
    sets.
 
+5. **offloading** where a copy runs beside compute (a GPU, or a graph without a device): the
+   fastest plan that fits and the smallest, swapped down to the budget (seeds/004;
+   :mod:`remat.transforms.swap`), kept when that is faster or the only way to fit. Not on a
+   CPU, where a copy costs the compute stream as much as a recomputation.
+
 When nothing fits, the plan of least peak is returned (every attempt in
 ``details["tried"]``) and :func:`remat.solvers.solve` raises
 :class:`~remat.errors.InfeasibleBudgetError` naming the least peak found. ``budget=0``
@@ -34,9 +39,11 @@ import time
 from typing import Callable
 
 from ..cost.model import CostModel, default_cost_model
+from ..cost.transfer import link_for_graph
 from ..errors import RematError
 from ..graph.graph import Graph
-from ..plans.budget import reference_saved
+from ..plans.budget import reference_saved, reference_schedule
+from ..plans.simulator import simulate
 from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
@@ -46,6 +53,7 @@ from .feasible import FIXED, staged_schedules_run_as_planned
 from .mincut import mincut
 from .mincut.frontier import frontier
 from .progress import report
+from .swap import swap_down
 
 AUTO_BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-sqrtn-linearized", "chen-greedy",
                   "griewank", "chen-greedy-linearized")
@@ -76,6 +84,11 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
          time_limit: float | None = None) -> Plan:
     """The conservative min cut without a budget; with one, the fastest plan within it (see
     the module docstring). Each stage is announced to :func:`remat.solvers.progress.report`."""
+    return _auto(g, budget, cost_model, time_limit, swapping=True)
+
+
+def _auto(g: Graph, budget: float | None, cost_model: CostModel | None, time_limit: float | None, *,
+          swapping: bool) -> Plan:
     if budget is None:
         return mincut(g, "conservative")
     t0 = time.perf_counter()
@@ -130,6 +143,8 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
         report(f"{g.name}: Checkmate's MILP")
         attempt("checkmate", lambda: checkmate(g, budget, time_limit=staged.left(), cost_model=cm,
                                                explain_infeasible=False))
+    if swapping:
+        _swapped(g, cm, clock, plans, limit, least)
     valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
     if least and valid:
         best = min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
@@ -142,6 +157,26 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
         return _done(min(fits, key=_speed), plans, t0, points)
     best = min(valid, key=lambda p: p.peak_bytes) if valid else plans[0]
     return _done(best, plans, t0, points)
+
+
+def _swapped(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit: int | None,
+             least: bool) -> None:
+    """Offloading where it can be cheaper than recomputation: on a device whose copies run
+    beside compute (a GPU; a graph without a device), the fastest plan so far that fits and the
+    smallest one, swapped down to the budget (:func:`remat.solvers.swap.swap_down`). On a CPU a
+    copy takes the compute stream's time and memory bandwidth, as recomputing does: auto does
+    not offload there (the ``swap`` solvers still do when asked by name)."""
+    link = link_for_graph(g, cm)
+    valid = [p for p in plans if p.sim is not None and p.sim.valid]
+    if not link.asynchronous or not valid or clock.expired():
+        return
+    fits = [p for p in valid if p.feasible]
+    starts = {id(p): p for p in ([min(fits, key=_speed)] if fits and not least else [])
+              + [min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds))]}.values()
+    report(f"{g.name}: offloading instead of recomputing")
+    best = swap_down(g, [(p.solver, p.schedule()) for p in starts], limit or 0, cm, link, clock, limit)
+    if best.details.get("swaps"):
+        plans.append(best)
 
 
 def _speed(p: Plan) -> tuple:
@@ -197,5 +232,48 @@ def _done(best: Plan, plans: list[Plan], t0: float, points: int) -> Plan:
                               "predicted_seconds": p.predicted_seconds,
                               "compute_cost": p.compute_cost, "message": p.message} for p in plans]
     best.details["frontier_points"] = points
+    best.solve_seconds = time.perf_counter() - t0
+    return best
+
+
+LADDER = (1.0, 1.15, 1.35, 1.6, 2.0)
+"""Budgets, as multiples of the one asked, that ``swap-recompute`` makes recomputation plans
+for before swapping each down: a plan for a larger budget recomputes less."""
+
+PLAN_SHARE = 0.6
+"""Of ``swap-recompute``'s time limit, the share its recomputation plans take."""
+
+
+def swap_recompute(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
+                   time_limit: float | None = None, bandwidth: float | None = None) -> Plan:
+    """What to offload chosen jointly with what to recompute (seeds/004's swapping beside
+    seeds/000-001's recomputation): :func:`auto`'s plans for a ladder of budgets from the one
+    asked up to the step without recomputation (:data:`LADDER`), the least memory
+    recomputation reaches, and no recomputation at all, each swapped down to ``budget``
+    (:func:`remat.solvers.swap.swap_down`); the fastest that fits wins, timed by the
+    simulator's two streams (a recomputation costs compute, a swap only what compute waits
+    for it). Below the least memory recomputation reaches, swapping that plan's idle values
+    goes lower. ``bandwidth``: bytes/s of the host link."""
+    cm = cost_model or default_cost_model(g)
+    link = link_for_graph(g, cm, bandwidth=bandwidth)
+    clock = Deadline(time_limit)
+    t0 = time.perf_counter()
+    target = int(budget or 0)
+    ref = reference_schedule(g)
+    ref_peak = simulate(ref, cm, timeline=False).peak_bytes
+    starts = [("no-recompute", ref)]
+    ladder = [f * target for f in LADDER if f * target < ref_peak] if target else []
+    plan_time = None if clock.limit is None else clock.limit * PLAN_SHARE
+    fits = False
+    for k, b in enumerate(ladder + [0]):  # 0: the least memory recomputation reaches
+        left = None if plan_time is None else plan_time - clock.elapsed()
+        if left is not None and left <= 0 or b == 0 and fits:
+            break
+        report(f"{g.name}: recomputation plan for {f'{b:,.0f} B' if b else 'the least memory'}")
+        p = _auto(g, b, cm, None if left is None else left / (len(ladder) + 1 - k), swapping=False)
+        if p.statements is not None:
+            starts.append((p.solver, p.schedule()))
+            fits = fits or p.peak_bytes <= target
+    best = swap_down(g, starts, target, cm, link, clock, budget)
     best.solve_seconds = time.perf_counter() - t0
     return best

@@ -30,7 +30,7 @@ from .feasible import smallest_feasible, staged_schedules_run_as_planned
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds a solver may search, per graph, unless told otherwise (API, CLI and bench alike)."""
 
-FAMILIES = ("auto", "mincut", "checkmate", "baselines", "pytorch")
+FAMILIES = ("auto", "mincut", "checkmate", "baselines", "magis", "pytorch")
 BUDGET_USE = ("none", "optional", "required")
 
 

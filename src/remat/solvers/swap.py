@@ -1,0 +1,76 @@
+"""Solvers that swap (seeds/004): offload values to host memory, alone or with recomputation.
+
+- ``swap``: the step without recomputation (:func:`~remat.plans.budget.reference_schedule`),
+  its hot spots swapped out until it fits the budget (:func:`remat.transforms.swap.swap`);
+- ``swap-recompute`` (:func:`remat.solvers.auto.swap_recompute`): what to offload chosen
+  jointly with what to recompute: recomputation plans made for several budgets, each swapped
+  down here (:func:`swap_down`), the fastest that fits winning.
+
+Both take ``bandwidth=`` (bytes/s of the host link; :func:`remat.cost.transfer.link_for_graph`
+by default).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..cost.model import CostModel, default_cost_model
+from ..cost.transfer import Link, link_for_graph
+from ..graph.graph import Graph
+from ..plans.budget import reference_schedule
+from ..plans.plan import Plan
+from ..plans.schedule import Schedule
+from ..plans.simulator import simulate
+from ..transforms.swap import swap as swap_pass
+from .deadline import Deadline
+from .progress import report
+
+
+def swap_only(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
+              time_limit: float | None = None, bandwidth: float | None = None) -> Plan:
+    """The step without recomputation, swapped down to ``budget`` (0: as low as it goes)."""
+    cm = cost_model or default_cost_model(g)
+    link = link_for_graph(g, cm, bandwidth=bandwidth)
+    t0 = time.perf_counter()
+    out = swap_pass(reference_schedule(g), budget or 0, cm, link=link, time_limit=time_limit)
+    return _plan(out, "swap", budget, cm, link, t0)
+
+
+def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: CostModel, link: Link,
+              clock: Deadline, budget: float | None) -> Plan:
+    """Each schedule of ``starts`` (``(solver, schedule)``) swapped down to ``target`` bytes;
+    the fastest that fits, or the smallest where none does."""
+    t0 = time.perf_counter()
+    best: Plan | None = None
+    for k, (name, s) in enumerate(starts):
+        left = clock.left()
+        if left is not None and left <= 0 and best is not None:
+            break
+        report(f"{g.name}: swapping {name}'s plan down")
+        out = swap_pass(s, target, cm, link=link,
+                        time_limit=None if left is None else left / (len(starts) - k))
+        p = _plan(out, "swap-recompute", budget, cm, link, t0)
+        p.details["recomputation_from"] = name
+        if best is None or _better(p, best, target):
+            best = p
+    return best
+
+
+def _better(p: Plan, q: Plan, target: int) -> bool:
+    """Fits before does not; then faster (or, where neither fits, smaller)."""
+    fp, fq = p.peak_bytes <= target, q.peak_bytes <= target
+    if fp != fq:
+        return fp
+    if fp:
+        return (p.predicted_seconds, p.peak_bytes) < (q.predicted_seconds, q.peak_bytes)
+    return (p.peak_bytes, p.predicted_seconds) < (q.peak_bytes, q.predicted_seconds)
+
+
+def _plan(s: Schedule, solver: str, budget, cm: CostModel, link, t0: float) -> Plan:
+    p = Plan.from_schedule(s, solver=solver, details={"swaps": s.meta.get("swaps", 0),
+                                                      "link": {"bandwidth": link.bandwidth,
+                                                               "asynchronous": link.asynchronous,
+                                                               "source": link.source}})
+    p.judge(budget if budget else None, cm, sim=simulate(s, cm, link=link))
+    p.solve_seconds = time.perf_counter() - t0
+    return p

@@ -1,0 +1,1 @@
+"""Schedule -> Schedule passes: re-ordering (reorder) and swapping (swap)."""
