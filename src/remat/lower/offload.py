@@ -1,0 +1,235 @@
+"""Offload and reload statements as PyTorch ops, for :func:`remat.lower.fx.rebuild`.
+
+A schedule's ``offload v`` copies a value to host memory, the next ``free v`` releases its
+device memory once that copy is done, and ``reload v`` copies it back before a later read
+(:mod:`remat.plans.schedule`). Lowering writes them with one of two sets of ops, chosen by the
+device of the values (:func:`copies_for`):
+
+- :class:`HostCopies` (CPU): remat's own custom ops ``remat::offload(x)``, a copy of ``x``
+  into a new host buffer of the same size, stride and dtype, and ``remat::reload(x, device)``,
+  a copy back into a new buffer of the same layout. Both are plain synchronous copies, so
+  every test runs here and checks values and gradients; they have fake implementations, so
+  FakeTensor propagation and inductor compile them (as fallback kernels).
+- :class:`AsyncCopies` (CUDA and other accelerators): PyTorch's ``ao::offload``,
+  ``ao::reload`` and ``ao::wait_tensor`` (``torch._functorch._activation_offloading
+  .offload_ops``): the copies run on one transfer stream into pinned host buffers and the
+  compute stream waits on their events, never the host. ``ao.offload`` goes where the schedule
+  offloads, its ``ao.wait_tensor`` (``keepalive`` = the device tensor, whose storage it frees)
+  where the schedule frees the value; ``ao.reload`` where the schedule reloads, its wait just
+  before the value's first reader after it. A torch without these ops raises
+  :class:`~remat.errors.RematError` for a plan that offloads on such a device.
+
+A lowering calls ``offload`` at ``offload v``, ``offloaded`` at the ``free v`` that follows,
+``reload`` at ``reload v`` and ``reloaded`` before the first read after it, then ``finish``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from ..errors import RematError
+
+try:  # registers ao::offload, ao::reload and ao::wait_tensor (recent torch only)
+    from torch._functorch._activation_offloading import offload_ops as _ao_ops  # noqa: F401
+except ImportError:  # pragma: no cover - depends on the torch version
+    _ao_ops = None
+
+
+def _has_ao() -> bool:
+    ns = torch.ops.ao
+    return all(hasattr(ns, op) for op in ("offload", "reload", "wait_tensor"))
+
+
+HAS_AO = _has_ao()
+"""Whether this torch has ``torch.ops.ao.offload`` / ``reload`` / ``wait_tensor``."""
+
+
+# -- remat's ops: synchronous copies (CPU) ---------------------------------------------------
+
+@torch.library.custom_op("remat::offload", mutates_args=())
+def offload(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` in a new host buffer: same size, dtype and, for a dense tensor, stride
+    (``empty_like``'s ``preserve_format``; an overlapping or gapped one becomes dense)."""
+    out = torch.empty_like(x, device="cpu")
+    out.copy_(x)
+    return out
+
+
+@offload.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x, device="cpu")
+
+
+@torch.library.custom_op("remat::reload", mutates_args=())
+def reload(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of the host copy ``x`` on ``device``, in a new buffer of ``x``'s layout (which
+    :func:`offload` kept from the original)."""
+    out = torch.empty_like(x, device=device)
+    out.copy_(x)
+    return out
+
+
+@reload.register_fake
+def _(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return torch.empty_like(x, device=device)
+
+
+# -- how a lowering writes the statements ------------------------------------------------------
+
+def _call(graph: fx.Graph, target, args: tuple, val, name: str, kwargs: dict | None = None) -> fx.Node:
+    node = graph.create_node("call_function", target, args, kwargs or {}, name=name)
+    node.meta["val"] = val
+    if isinstance(val, torch.Tensor):
+        from torch.fx.passes.shape_prop import _extract_tensor_metadata
+        try:
+            node.meta["tensor_meta"] = _extract_tensor_metadata(val)
+        except Exception:  # noqa: BLE001 - symbolic sizes: meta["val"] is what inductor reads
+            pass
+    return node
+
+
+def _val(node: fx.Node) -> torch.Tensor:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        raise RematError(f"cannot offload {node.name!r}: it is not a tensor ({type(val).__name__})")
+    return val
+
+
+class HostCopies:
+    """remat's synchronous ops (see the module docstring): no waits."""
+
+    OFFLOAD = torch.ops.remat.offload.default
+    RELOAD = torch.ops.remat.reload.default
+
+    def host_val(self, val: torch.Tensor) -> torch.Tensor:
+        """The meta value of ``val``'s host copy."""
+        return torch.empty_like(val, device="cpu")
+
+    def offload(self, graph: fx.Graph, value: fx.Node, name: str) -> fx.Node:
+        """At ``offload v``: start copying ``value`` out; returns the (pending) host copy."""
+        return _call(graph, self.OFFLOAD, (value,), self.host_val(_val(value)), f"offload_{name}")
+
+    def offloaded(self, graph: fx.Graph, host: fx.Node, value: fx.Node) -> fx.Node:
+        """At the ``free v`` after ``offload v``: the host copy, ready; ``value`` may go."""
+        return host
+
+    def reload(self, graph: fx.Graph, host: fx.Node, val: torch.Tensor, name: str) -> fx.Node:
+        """At ``reload v``: start copying ``host`` back to a tensor like ``val``; returns the
+        (pending) device copy."""
+        out = torch.empty_like(_val(host), device=val.device)
+        return _call(graph, self.RELOAD, (host, val.device), out, f"reload_{name}")
+
+    def reloaded(self, graph: fx.Graph, pending: fx.Node, host: fx.Node) -> fx.Node:
+        """Before the first reader after ``reload v``: the device copy, ready."""
+        return pending
+
+    def finish(self, graph: fx.Graph) -> None:
+        """Once the module is complete."""
+
+
+class AsyncCopies(HostCopies):
+    """PyTorch's ``ao`` ops: copies on a transfer stream, waits on the compute stream only
+    (see the module docstring). Written for CUDA; the tests on CPU check where its nodes go
+    but cannot run them."""
+
+    def __init__(self) -> None:
+        if not HAS_AO:
+            raise RematError(
+                f"offloading on an accelerator lowers to torch.ops.ao.offload, ao.reload and "
+                f"ao.wait_tensor (torch._functorch._activation_offloading.offload_ops), which torch "
+                f"{torch.__version__} does not have; use a torch release that has them, or a plan "
+                f"without offload statements")
+        ao = torch.ops.ao
+        self.OFFLOAD, self.RELOAD, self.WAIT = ao.offload.default, ao.reload.default, ao.wait_tensor.default
+        self.waits: list[tuple[fx.Node, fx.Node, str]] = []  # (wait, its keepalive, kind)
+
+    def host_val(self, val: torch.Tensor) -> torch.Tensor:
+        return torch.empty(val.shape, dtype=val.dtype, device="cpu")  # ao.offload's host copy is contiguous
+
+    def offloaded(self, graph, host, value):
+        wait = _call(graph, self.WAIT, (host, value), host.meta["val"], f"{host.name}_done")
+        self.waits.append((wait, value, "offload"))
+        return wait
+
+    def reload(self, graph, host, val, name):
+        concrete = all(isinstance(v, int) for v in (*val.shape, *val.stride()))
+        if concrete and _dense(list(val.shape), list(val.stride())):
+            size, stride = list(val.shape), list(val.stride())  # the original layout
+            out = torch.empty_strided(size, stride, dtype=val.dtype, device=val.device)
+        else:  # symbolic sizes or a layout empty_strided cannot hold: contiguous
+            size = stride = None
+            out = torch.empty(val.shape, dtype=val.dtype, device=val.device)
+        return _call(graph, self.RELOAD, (host, val.device, size, stride), out, f"reload_{name}")
+
+    def reloaded(self, graph, pending, host):
+        wait = _call(graph, self.WAIT, (pending, host), pending.meta["val"], f"{pending.name}_done")
+        self.waits.append((wait, host, "reload"))
+        return wait
+
+    def finish(self, graph: fx.Graph) -> None:
+        """A wait's ``keepalive`` frees its source's storage. Where that storage is read after
+        the wait (an alias, a later reload of the same host copy, a module output) or belongs
+        to a module input other than a host copy, the source is passed as
+        ``last_use_of_storage`` instead: kept alive until the wait, then freed as usual."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        def ref(n: fx.Node):
+            val = n.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                return None
+            try:
+                return StorageWeakRef(val.untyped_storage())
+            except Exception:  # noqa: BLE001 - no storage to compare: only the node itself
+                return None
+
+        nodes = list(graph.nodes)
+        at = {n: k for k, n in enumerate(nodes)}
+        by_storage: dict = {}
+        for n in nodes:
+            r = ref(n)
+            if r is not None:
+                by_storage.setdefault(r, []).append(n)
+        waits, self.waits = self.waits, []
+        for wait, source, kind in waits:
+            if wait not in at:
+                continue
+            r = ref(source)
+            aliases = by_storage.get(r, [source]) if r is not None else [source]
+            if source not in aliases:
+                aliases = aliases + [source]
+            late = any(at.get(u, -1) > at[wait] for a in aliases for u in a.users if u is not wait)
+            foreign = kind == "offload" and any(a.op == "placeholder" for a in aliases)
+            if late or foreign:
+                wait.args = (wait.args[0],)
+                wait.kwargs = {"last_use_of_storage": source}
+
+
+def _dense(size: list[int], stride: list[int]) -> bool:
+    """Whether a layout of concrete ``size`` and ``stride`` covers its elements exactly once
+    with no gaps (a permutation of a contiguous layout)."""
+    if 0 in size:
+        return True
+    expected = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def copies_for(values: list[fx.Node]) -> HostCopies:
+    """The ops that offload ``values``: remat's on the CPU, PyTorch's ``ao`` ops elsewhere."""
+    devices = {_val(v).device.type for v in values}
+    if devices <= {"cpu"}:
+        return HostCopies()
+    return AsyncCopies()
+
+
+def is_copy(node: fx.Node, kind: str) -> bool:
+    """Whether ``node`` is an offload (``kind="offload"``), a reload or a wait of either
+    (``"wait"``) written by this module."""
+    targets = {"offload": ("remat::offload", "ao::offload"), "reload": ("remat::reload", "ao::reload"),
+               "wait": ("ao::wait_tensor",)}[kind]
+    name = getattr(getattr(node.target, "_schema", None), "name", None)
+    return node.op == "call_function" and name in targets
