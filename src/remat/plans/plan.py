@@ -25,6 +25,7 @@ from enum import Enum
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..cost.model import CostModel, default_cost_model
+from ..cost.transfer import Link
 from ..errors import PlanError
 from ..graph.graph import Graph
 from .budget import format_bytes
@@ -191,7 +192,7 @@ class Plan:
             self.feasible = False
             return self
         if sim is None:
-            sim = simulate(self.schedule(), cost_model or default_cost_model(self.graph))
+            sim = simulate(self.schedule(), cost_model or default_cost_model(self.graph), link=self.link)
         self.sim = sim
         self.peak_bytes, self.compute_cost = int(sim.peak_bytes), float(sim.compute_cost)
         self.predicted_seconds, self.recomputes = float(sim.predicted_seconds), int(sim.recomputes)
@@ -226,6 +227,14 @@ class Plan:
             raise PlanError(f"plan of {self.graph_name!r} has no graph: load the graph it was made "
                             "for and call plan.schedule(graph)")
         return Schedule(g, list(self.statements), {"solver": self.solver})
+
+    @property
+    def link(self) -> Link | None:
+        """The host link a swapping solver planned its copies over (None: the graph's default,
+        :func:`remat.cost.transfer.link_for_graph`)."""
+        d = self.details.get("link")
+        return None if d is None else Link(float(d["bandwidth"]), bool(d["asynchronous"]),
+                                           float(d.get("latency", 0.0)), str(d.get("source", "")))
 
     @property
     def saved_names(self) -> list[str]:

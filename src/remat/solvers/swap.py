@@ -70,6 +70,7 @@ def _plan(s: Schedule, solver: str, budget, cm: CostModel, link, t0: float) -> P
     p = Plan.from_schedule(s, solver=solver, details={"swaps": s.meta.get("swaps", 0),
                                                       "link": {"bandwidth": link.bandwidth,
                                                                "asynchronous": link.asynchronous,
+                                                               "latency": link.latency,
                                                                "source": link.source}})
     p.judge(budget if budget else None, cm, sim=simulate(s, cm, link=link))
     p.solve_seconds = time.perf_counter() - t0
