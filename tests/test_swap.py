@@ -14,7 +14,7 @@ from remat.plans.plan import Decision, Plan
 from remat.plans.schedule import Schedule, schedule_from_saved_set
 from remat.plans.simulator import simulate
 from remat.solvers import solve
-from remat.transforms.swap import gaps, swap
+from remat.transforms.swap import gaps, swap, trade
 from paths import SHARED
 from strategies import joint_graphs
 
@@ -167,3 +167,17 @@ def test_every_swap_solver_returns_a_schedule_the_simulator_replays_within_budge
     g = chain()
     p = solve(g, solver, budget=1.0, time_limit=10)
     assert p.feasible and simulate(p.schedule()).valid and p.peak_bytes <= p.budget
+
+
+def test_a_recomputation_is_traded_for_a_swap_when_the_copy_is_hidden():
+    g = chain()
+    s = schedule_from_saved_set(g, ["x", "f1", "f2"])  # f0 computed again from x in the backward
+    r = simulate(s, link=FAST)
+    assert r.recomputes == 1
+    out = trade(s, r.peak_bytes, link=FAST)
+    r2 = simulate(out, link=FAST)
+    assert r2.valid and r2.recomputes == 0 and r2.offloads == 1
+    assert r2.peak_bytes <= r.peak_bytes
+    assert r2.predicted_seconds == pytest.approx(r.predicted_seconds - 1.0)  # f0's compute saved
+    # over a link too slow to hide the copy, recomputing stays cheaper
+    assert trade(s, r.peak_bytes, link=Link(1.0)).statements == s.statements

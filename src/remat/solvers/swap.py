@@ -22,6 +22,7 @@ from ..plans.plan import Plan
 from ..plans.schedule import Schedule
 from ..plans.simulator import simulate
 from ..transforms.swap import swap as swap_pass
+from ..transforms.swap import trade
 from .deadline import Deadline
 from .progress import report
 
@@ -38,8 +39,10 @@ def swap_only(g: Graph, *, budget: float | None = None, cost_model: CostModel | 
 
 def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: CostModel, link: Link,
               clock: Deadline, budget: float | None) -> Plan:
-    """Each schedule of ``starts`` (``(solver, schedule)``) swapped down to ``target`` bytes;
-    the fastest that fits, or the smallest where none does."""
+    """Each schedule of ``starts`` (``(solver, schedule)``) swapped down to ``target`` bytes
+    (:func:`remat.transforms.swap.swap`), then, where it fits, its recomputations traded for
+    swaps while that is faster (:func:`remat.transforms.swap.trade`); the fastest that fits,
+    or the smallest where none does."""
     t0 = time.perf_counter()
     best: Plan | None = None
     for k, (name, s) in enumerate(starts):
@@ -47,8 +50,10 @@ def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: Cos
         if left is not None and left <= 0 and best is not None:
             break
         report(f"{g.name}: swapping {name}'s plan down")
-        out = swap_pass(s, target, cm, link=link,
-                        time_limit=None if left is None else left / (len(starts) - k))
+        share = Deadline(None if left is None else left / (len(starts) - k))
+        out = swap_pass(s, target, cm, link=link, time_limit=share.limit)
+        if target and simulate(out, cm, link=link, timeline=False).peak_bytes <= target:
+            out = trade(out, target, cm, link=link, time_limit=share.left())
         p = _plan(out, "swap-recompute", budget, cm, link, t0)
         p.details["recomputation_from"] = name
         if best is None or _better(p, best, target):
@@ -67,7 +72,8 @@ def _better(p: Plan, q: Plan, target: int) -> bool:
 
 
 def _plan(s: Schedule, solver: str, budget, cm: CostModel, link, t0: float) -> Plan:
-    p = Plan.from_schedule(s, solver=solver, details={"swaps": s.meta.get("swaps", 0),
+    p = Plan.from_schedule(s, solver=solver, details={"swaps": s.meta.get("swaps", 0) + s.meta.get("traded", 0),
+                                                      "recomputations_traded": s.meta.get("traded", 0),
                                                       "link": {"bandwidth": link.bandwidth,
                                                                "asynchronous": link.asynchronous,
                                                                "latency": link.latency,
