@@ -140,3 +140,16 @@ def test_a_zero_time_limit_is_honoured():
     assert "the time limit stopped the search for a smaller one" in out["message"]
     # a fixed baseline's policy (Chen's sqrt(n)), not only recompute-all's 35.6 GiB
     assert out["details"]["smallest_feasible"] < out["options"]["budget_bytes"] / 2
+
+
+def test_plan_with_the_swap_solver_prints_offload_and_reload_statements_and_plots(tmp_path, capsys):
+    from paths import CHECKMATE_DIR
+
+    png = tmp_path / "streams.png"
+    assert main(["plan", str(CHECKMATE_DIR / "vgg_unet_32_416_608_3_train_nx.json"), "--solver", "swap",
+                 "--budget", "0.8", "--json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ops = [s["op"] for s in out["schedule"]]
+    assert ops.count("offload") > 0 and ops.count("reload") >= ops.count("offload")
+    assert out["peak_bytes"] <= out["budget"] and "offload" in out["decisions"].values()
+    assert png.stat().st_size > 10_000

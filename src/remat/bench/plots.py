@@ -206,3 +206,41 @@ def sweep_plot(graph_name: str, rows: Sequence[dict], path: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def streams_plot(schedule, sim, path: str | Path, title: str = "") -> Path:
+    """A schedule's two streams over time (:func:`remat.plans.simulator.simulate` with
+    ``timeline=True``): device memory after each statement (top), and the bytes each copy
+    moves while it runs on the copy stream, offloads up and reloads down (bottom)."""
+    from ..cost.model import storage
+
+    plt = _plt()
+    g = schedule.graph
+    sizes = storage(g)[1]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
+                                   gridspec_kw={"height_ratios": [3, 1]})
+    # memory changes where the program issues each statement: at the compute stream's clock
+    ends, clock = [], 0.0
+    for stream, _, end in sim.times:
+        clock = end if stream == "compute" else clock
+        ends.append(clock)
+    ax1.step([0.0] + ends, [sim.constant_bytes / MiB] + [m / MiB for m in sim.timeline], where="post",
+             color="tab:blue", label="device memory")
+    ax1.axhline(sim.peak_bytes / MiB, color="tab:red", lw=0.8, ls="--", label=f"peak {sim.peak_bytes / MiB:.1f} MiB")
+    ax1.set_ylabel("MiB on the device")
+    ax1.legend(fontsize=8)
+    ax1.grid(alpha=0.3)
+    for st, (stream, start, end) in zip(schedule.statements, sim.times):
+        if stream != "copy":
+            continue
+        mib = sizes[g.index(st.node)] / MiB
+        sign = 1 if st.op == "offload" else -1
+        ax2.broken_barh([(start, max(end - start, 1e-12))], (0, sign * mib),
+                        color="tab:orange" if sign > 0 else "tab:green")
+    ax2.axhline(0, color="k", lw=0.5)
+    ax2.set_ylabel("MiB in flight\n(offload + / reload -)")
+    ax2.set_xlabel("time (the graph's unit: seconds, or its profiled cost)")
+    ax2.grid(alpha=0.3)
+    fig.suptitle(title or f"{g.name}: {sim.offloads} offloads, {sim.reloads} reloads, "
+                 f"waits {sim.wait_seconds:.3g}")
+    return _save(fig, path)

@@ -34,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
                    help=f"seconds the solver may search (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (remat.Plan.from_dict reads it)")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="draw the plan's memory timeline and its copy stream over time into PNG")
+    p.add_argument("--bandwidth", type=float, default=None,
+                   help="host link bandwidth for the swapping solvers (bytes/s, or bytes per cost "
+                        "unit on a graph without a device); default: the device's")
     p.set_defaults(module="plan")
 
     s = sub.add_parser("sweep", help="overhead vs memory budget for budgeted solvers (seeds/001 Fig. 5)")

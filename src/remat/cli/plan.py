@@ -4,10 +4,14 @@ The same planner, budget headroom and errors as ``remat.compile``: a byte budget
 within 99% of itself (:data:`~remat.plans.budget.TORCH_HEADROOM`), and a budget no plan fits
 prints why and the smallest feasible budget (exit status 1; with ``--json``, the plan that
 came closest, its ``message`` saying why). ``--json`` prints :meth:`remat.Plan.to_dict`,
-which :meth:`remat.Plan.from_dict` reads back.
+which :meth:`remat.Plan.from_dict` reads back, with the schedule's ``offload``/``reload``
+statements for the swapping solvers (``--solver swap`` or ``swap-recompute``; ``--bandwidth``
+sets their link); ``--plot PNG`` draws the plan's device memory and copy stream over time.
 """
 
 from __future__ import annotations
+
+import sys
 
 from ..errors import InfeasibleBudgetError
 from ..graph.io import load_graph
@@ -23,8 +27,9 @@ def run(args) -> int:
     try:
         # stages on a terminal only, so JSON output and pipes stay clean
         with shown(f"planning {graph.name} ({len(graph)} nodes) with {args.solver}", plain=False):
+            options = {} if args.bandwidth is None else {"bandwidth": args.bandwidth}
             plan = solve(graph, args.solver, budget=budget, time_limit=time_limit,
-                         headroom=TORCH_HEADROOM)
+                         headroom=TORCH_HEADROOM, **options)
     except InfeasibleBudgetError as e:
         if not args.json:
             raise
@@ -32,4 +37,9 @@ def run(args) -> int:
         plan.message = str(e)
         plan.details["smallest_feasible"] = e.smallest_feasible
     print(plan.to_json() if args.json else plan.summary())
+    if args.plot and plan.statements is not None:
+        from ..bench.plots import streams_plot  # matplotlib, only when asked
+        from ..plans.simulator import simulate
+        sim = simulate(plan.schedule(), link=plan.link)
+        print(f"wrote {streams_plot(plan.schedule(), sim, args.plot)}", file=sys.stderr)
     return 0 if plan.feasible else 1

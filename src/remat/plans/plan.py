@@ -329,6 +329,12 @@ class Plan:
             facts.append(f"{self.recomputes} recomputations")
         facts.append(f"solved in {_seconds(self.solve_seconds)}")
         lines.append("  " + ", ".join(facts))
+        off = [n for n, d in self.decisions.items() if d == Decision.OFFLOAD]
+        if off:
+            sim = self.sim
+            copies = "" if sim is None else (f" ({sim.offloads} offloads, {sim.reloads} reloads; compute "
+                                             f"waits {sim.wait_seconds:.3g} of {sim.predicted_seconds:.3g})")
+            lines.append(f"  offloaded to host memory: {len(off)} values{copies}")
         acts = self.saved_activations
         held = len(self.saved) - len(acts)
         lines.append(f"  saved for the backward: {len(acts)} activations, "
@@ -340,7 +346,8 @@ class Plan:
             for s in acts[:limit]:
                 shape = "x".join(map(str, s.shape)) if s.shape is not None else "?"
                 lines.append(f"    {s.name:<{width}}  {s.module or '':<{mwidth}}  {s.dtype or '?':<9} "
-                             f"{shape:<18} {format_bytes(s.nbytes)}")
+                             f"{shape:<18} {format_bytes(s.nbytes)}"
+                             + ("  offloaded" if self.decisions.get(s.name) == Decision.OFFLOAD else ""))
             if len(acts) > limit:
                 lines.append(f"    ... and {len(acts) - limit} more")
         lines.append(f"  recomputed in the backward: {len(self.recomputed)}"
