@@ -244,8 +244,9 @@ PLAN_SHARE = 0.8
 """Of ``swap-recompute``'s time limit, the share its recomputation plans take."""
 
 FIRST_RUNG = 0.5
-"""Of that, the share of the plan for the budget asked (Checkmate's MILP, where it runs, takes
-two thirds of each rung)."""
+"""Of that, the share of the plans for the budget asked: ``auto``'s (at most half the plans'
+time; it stops once a plan fits), then Checkmate's MILP, where it runs, in the rest. The
+other budgets share what is left, a third to ``auto`` and the rest to the MILP."""
 
 
 def swap_recompute(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
@@ -278,7 +279,8 @@ def swap_recompute(g: Graph, *, budget: float | None = None, cost_model: CostMod
         # the budget asked for first and longest: its plan is the one to beat
         rung = Deadline(None if left is None else left * (FIRST_RUNG if k == 0 else 1 / (len(rungs) - k)))
         milp = b and len(g) <= MILP_MAX_NODES and staged_schedules_run_as_planned(cm)
-        made = [_auto(g, b, cm, rung.limit / 3 if milp and rung.limit is not None else rung.left(),
+        # auto first (it stops early once a plan fits); the MILP gets what is left of the rung
+        made = [_auto(g, b, cm, None if left is None else (left / 2 if k == 0 else rung.limit / 3),
                       swapping=False)]
         if milp:  # Checkmate's optimum for this budget, in what is left of the rung's time
             made.append(checkmate(g, b, cost_model=cm, explain_infeasible=False, time_limit=rung.left()))
