@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from . import mincut as _mincut
 from .auto import auto, swap_recompute
-from .swap import swap_only
+from .swap import reorder_only, swap_only
 from .baselines import BASELINES, DESCRIPTIONS
 from .checkmate import checkmate, checkmate_lp
 from .registry import (DEFAULT_TIME_LIMIT, SolverInfo, check_options, check_time_limit, info, names,
@@ -33,6 +33,8 @@ register("checkmate-lp", "checkmate", "required", "seeds/001's LP relaxation wit
          checkmate_lp)
 for _name, _fn in BASELINES.items():
     register(_name, "baselines", "optional", DESCRIPTIONS[_name], _fn)
+register("reorder", "magis", "optional", "seeds/004's re-ordering alone: the step without "
+         "recomputation in the topological order of least peak (no work added)", reorder_only)
 register("swap", "magis", "required", "seeds/004's swapping alone: the step without "
          "recomputation, its hot spots offloaded to host memory until it fits", swap_only)
 register("swap-recompute", "magis", "required", "offloading chosen jointly with recomputation: "

@@ -6,7 +6,8 @@
   jointly with what to recompute: recomputation plans made for several budgets, each swapped
   down here (:func:`swap_down`), the fastest that fits winning.
 
-Both take ``bandwidth=`` (bytes/s of the host link; :func:`remat.cost.transfer.link_for_graph`
+``reorder`` re-orders the step without recomputation for a lower peak
+(:func:`remat.transforms.reorder.reorder`). The swapping solvers take ``bandwidth=`` (bytes/s of the host link; :func:`remat.cost.transfer.link_for_graph`
 by default).
 """
 
@@ -22,6 +23,7 @@ from ..plans.plan import Plan
 from ..plans.schedule import Schedule
 from ..plans.simulator import simulate
 from ..transforms.swap import swap as swap_pass
+from ..transforms.reorder import reorder
 from ..transforms.swap import trade
 from .deadline import Deadline
 from .progress import report
@@ -37,10 +39,25 @@ def swap_only(g: Graph, *, budget: float | None = None, cost_model: CostModel | 
     return _plan(out, "swap", budget, cm, link, t0)
 
 
+def reorder_only(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
+                 time_limit: float | None = None) -> Plan:
+    """The step without recomputation, re-ordered for a lower peak (seeds/004 Section 6.1):
+    no work added, none removed."""
+    cm = cost_model or default_cost_model(g)
+    t0 = time.perf_counter()
+    s = reorder(reference_schedule(g), cm, time_limit=time_limit)
+    p = Plan.from_schedule(s, solver="reorder", details={k: s.meta[k] for k in ("peak_before", "peak_after")
+                                                          if k in s.meta})
+    p.judge(budget if budget else None, cm)
+    p.solve_seconds = time.perf_counter() - t0
+    return p
+
+
 def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: CostModel, link: Link,
               clock: Deadline, budget: float | None) -> Plan:
-    """Each schedule of ``starts`` (``(solver, schedule)``) swapped down to ``target`` bytes
-    (:func:`remat.transforms.swap.swap`), then, where it fits, its recomputations traded for
+    """Each schedule of ``starts`` (``(solver, schedule)``) re-ordered where over ``target``
+    bytes (:func:`remat.transforms.reorder.reorder`: a lower peak at no cost), swapped down to
+    it (:func:`remat.transforms.swap.swap`), then, where it fits, its recomputations traded for
     swaps while that is faster (:func:`remat.transforms.swap.trade`); the fastest that fits,
     or the smallest where none does."""
     t0 = time.perf_counter()
@@ -51,7 +68,9 @@ def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: Cos
             break
         report(f"{g.name}: swapping {name}'s plan down")
         share = Deadline(None if left is None else left / (len(starts) - k))
-        out = swap_pass(s, target, cm, link=link, time_limit=share.limit)
+        if simulate(s, cm, link=link, timeline=False).peak_bytes > target:  # re-ordering first: it costs no time
+            s = reorder(s, cm, time_limit=None if share.limit is None else share.limit / 4)
+        out = swap_pass(s, target, cm, link=link, time_limit=share.left())
         if target and simulate(out, cm, link=link, timeline=False).peak_bytes <= target:
             out = trade(out, target, cm, link=link, time_limit=share.left())
         p = _plan(out, "swap-recompute", budget, cm, link, t0)
