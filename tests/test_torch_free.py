@@ -8,8 +8,8 @@ import sys
 
 import remat
 
-TORCH_FREE = ("graph", "cost", "plans", "solvers")
-TORCH_FREE_MODULES = ("remat.transforms.reorder",)  # torch-free modules of other packages
+TORCH_FREE = ("graph", "cost", "plans", "solvers", "transforms")
+TORCH_FREE_MODULES = ()  # torch-free modules of other packages
 
 
 def torch_free_modules() -> list[str]:

@@ -19,13 +19,14 @@ within the budget or no hot spot helps. The simulator is the judge: a swap that 
 step's time is still taken if it lowers the peak, since the budget comes first; the solvers
 (:mod:`remat.solvers.swap`) weigh time against recomputation.
 
->>> from remat.graph.examples import chain_graph
+>>> from remat.cost.transfer import Link
+>>> from remat.graph.examples import cos_cos_graph
 >>> from remat.plans.schedule import schedule_from_saved_set
->>> g = chain_graph(6)
->>> s = schedule_from_saved_set(g, [n.name for n in g.nodes if n.role == "forward"])
->>> out = swap(s, budget=0)
->>> out.offloaded[:2]
-['f1', 'f2']
+>>> from remat.plans.simulator import simulate
+>>> s = schedule_from_saved_set(cos_cos_graph(), ["add_2", "cos"])
+>>> out = swap(s, budget=0, link=Link(float("inf")))  # copies that take no time
+>>> out.offloaded, simulate(s).peak_bytes, simulate(out, link=Link(float("inf"))).peak_bytes
+(['add_2'], 36864, 32768)
 """
 
 from __future__ import annotations
@@ -59,14 +60,15 @@ class Gap:
 
 
 def gaps(schedule: Schedule) -> list[Gap]:
-    """Every gap of every value the schedule may swap: not an input, a parameter, a view or a
-    value kept to the end (an output, a gradient)."""
+    """Every gap of every value the schedule may swap: not an input, a parameter, a tangent
+    (autograd hands it to the backward), a view or a value kept to the end (an output, a
+    gradient)."""
     g = schedule.graph
     index = g._index
     ins = g.input_indices
     owner = storage(g)[0]
     keep = kept_to_end(g).tolist()
-    primal = g._arrays.primal.tolist()
+    primal = [p or n.role == "tangent" for p, n in zip(g._arrays.primal.tolist(), g.nodes)]
     start: dict[int, int] = {}  # resident value -> statement that made it resident
     last: dict[int, int] = {}  # resident value -> its latest read (or start)
     out: list[Gap] = []
