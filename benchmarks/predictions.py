@@ -12,7 +12,7 @@ its logits and caches beside the loss, and the step holds them through the backw
 ``benchmarks/vit_trial.py``, ``benchmarks/vgg_trial.py``; not in the default list).
 
     PYTHONPATH=src python benchmarks/predictions.py [--models gpt2,t5,llama,qwen2,cnn,resnet18,gptneox]
-        [--budgets none,0.6,min] [--compiler inductor] [--device cpu] [--threads N]
+        [--budgets none,0.6,min] [--compiler inductor] [--device cpu] [--threads N] [--solver auto]
 
 ``--threads`` sets torch's CPU threads (default: torch's own, 2 here): inductor's C++ code
 differs with it (a scatter-add is ATen's on more than one thread), and
@@ -75,7 +75,7 @@ def row(name: str, budget: str, args) -> str:
     model = copy.deepcopy(base)
     plans: list = []
     torch._dynamo.reset()
-    fn = remat.compile(model, compiler=args.compiler, cache=False, dynamic=False, outputs=args.outputs,
+    fn = remat.compile(model, solver=args.solver, compiler=args.compiler, cache=False, dynamic=False, outputs=args.outputs,
                        on_plan=lambda g, p: plans.append(p), **_budget(budget))
     step = make(fn, model)
     try:
@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--models", default="gpt2,t5,llama,qwen2,cnn,resnet18,gptneox")
     ap.add_argument("--budgets", default="none,0.6,min")
     ap.add_argument("--compiler", default="inductor")
+    ap.add_argument("--solver", default="auto", help="remat's solver (reorder, swap, ...: any that takes the budgets)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--outputs", default="kept", choices=OUTPUTS,
