@@ -16,8 +16,8 @@ import functools
 import pytest
 import torch
 
+import remat
 from remat import zoo
-from remat.capture import joint as tc
 from remat.cost.transfer import link_for_graph
 from remat.lower import backend as backend_module
 from remat.lower import partitioner as partitioner_module
@@ -30,6 +30,7 @@ from remat.plans.phases import split_schedule
 from remat.plans.plan import Plan
 from remat.plans.schedule import Schedule
 from remat.plans.simulator import simulate
+from remat.solvers import names as solver_names
 from remat.solvers import solve
 from remat.transforms.swap import gaps, offload, swap
 from remat.zoo.cnn import ConvBN
@@ -241,3 +242,30 @@ def test_cuda_lowering_places_ao_ops_as_the_schedule_says(name, forward_gaps, mo
             if isinstance(n, torch.fx.Node) and n.target is ao.offload.default:
                 raise AssertionError(f"forward returns {n.name} before waiting for it")
     assert keepalives > 0  # some waits free their source's storage
+
+
+@pytest.mark.skipif("swap" not in solver_names(), reason="no swap solver registered")
+def test_remat_compile_with_the_swap_solver_runs_its_offloads(monkeypatch):
+    """The whole path: remat.compile -> the partitioner hook -> the swap solver's plan ->
+    lower. The modules carry the plan's copies and the gradients are eager's."""
+    lowered = []
+
+    def recording(joint, plan):
+        fw, bw = lower(joint, plan)
+        lowered.append((plan, fw, bw))
+        return fw, bw
+
+    monkeypatch.setattr(partitioner_module, "lower", recording)
+    model, inputs, loss_fn = _case("cnn-batchnorm")
+    want_loss, want = _run(model, inputs, loss_fn, model)
+    step = remat.compile(model, solver="swap", budget=0.8, compiler="eager", strict=True)
+    got_loss, got = _run(model, inputs, loss_fn, step)
+    torch.testing.assert_close(got_loss, want_loss)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert lowered
+    for plan, fw, bw in lowered:
+        offloads = sum(1 for s in plan.schedule().statements if s.op == "offload")
+        assert offloads > 0, "the swap plan offloads nothing at this budget: the test checks nothing"
+        assert _count(fw, "offload") + _count(bw, "offload") == offloads
+        assert _count(fw, "reload") + _count(bw, "reload") > 0

@@ -5,7 +5,9 @@ between them come from :func:`remat.plans.phases.split_schedule`; PyTorch's own 
 (:func:`remat.capture.joint.partition_with_saved`) builds the two modules' inputs and outputs
 from the saved set, and their bodies are then rebuilt in statement order: a node computed
 again becomes a fresh copy, so every later reader uses the copy, and fx frees each value
-after its last use, as the schedule frees it.
+after its last use, as the schedule frees it. Offload and reload statements become copy ops
+where the schedule has them (:mod:`remat.lower.offload`); a saved value the forward offloads
+crosses to the backward as its host copy.
 """
 
 from __future__ import annotations
