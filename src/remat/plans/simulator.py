@@ -397,6 +397,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     t_comp = t_copy = busy_copy = 0.0
     ready = [0.0] * a.n
     off_end = [-1.0] * a.n  # -1: no host copy
+    copying = [False] * a.n  # an offload reads the resident device copy (until it is freed)
     deferred: list[tuple[float, int]] = []  # (copy end, storage): released once compute passes it
     host = host_peak = n_off = n_rel = 0
     times: list[tuple[str, float, float]] = []
@@ -414,7 +415,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         direct: dict[int, list[int]] = {}
         via: dict[int, list[int]] = {}
         for r in dying[k]:
-            if r not in ins[i] or not resident[r] or reordered[r] or not same_order(r, i) or off_end[r] >= 0:
+            if r not in ins[i] or not resident[r] or reordered[r] or not same_order(r, i) or copying[r]:
                 continue
             if counted[r]:
                 direct.setdefault(owner[r], []).append(r)
@@ -520,6 +521,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                     times.append(("compute", start, t_comp))
                 resident[i] = True
                 computed[i] = True
+                copying[i] = False
                 o = owner[i]
                 counted[i] = allocates is None or allocates[k]
                 held[i] = ()
@@ -587,7 +589,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 if counted[i]:
                     refs[o] -= 1
                     if refs[o] == 0:
-                        if off_end[i] > t_comp:  # the copy still reads it
+                        if copying[i] and off_end[i] > t_comp:  # the copy still reads it
                             deferred.append((off_end[i], o))
                             deferred.sort()
                         else:
@@ -602,9 +604,9 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             elif off_end[i] >= 0:
                 err(f"statement {k}: {st}: value already has a host copy")
             else:
-                start, t_copy, t_comp = _copy(link, sizes[i], max(t_comp, ready[i]), t_copy, t_comp)
-                off_end[i] = t_copy if link.asynchronous else t_comp
+                start, off_end[i], t_copy, t_comp = _copy(link, sizes[i], max(t_comp, ready[i]), t_copy, t_comp)
                 busy_copy += off_end[i] - start
+                copying[i] = True
                 n_off += 1
                 host += sizes[i]
                 host_peak = max(host_peak, host)
@@ -616,9 +618,9 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             elif resident[i]:
                 err(f"statement {k}: {st}: value is already resident")
             else:
-                start, t_copy, t_comp = _copy(link, sizes[i], max(t_comp, off_end[i]), t_copy, t_comp)
-                ready[i] = t_copy if link.asynchronous else t_comp
+                start, ready[i], t_copy, t_comp = _copy(link, sizes[i], max(t_comp, off_end[i]), t_copy, t_comp)
                 busy_copy += ready[i] - start
+                copying[i] = False  # a new device copy
                 n_rel += 1
                 resident[i], counted[i], held[i] = True, True, ()
                 phase[i], written[i] = backward, True
@@ -655,11 +657,11 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
 
 
 def _copy(link: Link, nbytes: int, earliest: float, t_copy: float, t_comp: float):
-    """One copy that may start at ``earliest``: (its start, the copy clock, the compute clock)
-    after it. An asynchronous link's copy waits for the copy stream; a synchronous one runs on
-    the compute stream."""
+    """One copy that may start at ``earliest``: (its start, its end, the copy clock, the
+    compute clock) after it. An asynchronous link's copy waits for the copy stream; a
+    synchronous one runs on the compute stream."""
     if link.asynchronous:
         start = max(earliest, t_copy)
-        return start, start + link.seconds(nbytes), t_comp
+        return start, start + link.seconds(nbytes), start + link.seconds(nbytes), t_comp
     start = max(earliest, t_comp)
-    return start, t_copy, start + link.seconds(nbytes)
+    return start, start + link.seconds(nbytes), t_copy, start + link.seconds(nbytes)
