@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_map
 from ..cost.model import library_calls
 from ..errors import UnsupportedGraphError
 from ..graph.graph import Graph, Node
+from .dims import dim_links
 from .joint import JointInfo, must_recompute_tag, must_save_tag, op_types, prefers_recompute_tag
 from .joint import size_hint as _hint
 from .layouts import copied_views, views_first_input
@@ -445,6 +446,8 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
         module = _module_path(node)
         if module:
             meta["module"] = module
+        if not _has_symbolic_shape(val) and (links := dim_links(node)) is not None:
+            meta["dims"] = links  # remat.capture.dims: which input dims are which of its axes
         if must_recompute_tag(node):  # what the user's checkpoint region asked, whether or not granted
             meta["checkpoint"] = "prefer_recompute" if prefers_recompute_tag(node) else "must_recompute"
         if compiler == "inductor" and inductor_kernel(node, category, fusible):
