@@ -21,7 +21,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
             time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
             compiler: str = "inductor", solver_options: Mapping[str, Any] | None = None,
             on_plan: Callable | None = None, cache: bool = True, verbose: bool = False,
-            outputs: str = "kept", fullgraph: bool = False,
+            outputs: str = "kept", max_overhead: float | None = None, fullgraph: bool = False,
             dynamic: bool | None = None, mode: str | None = None, options: dict | None = None,
             disable: bool = False, **unknown: Any):
     """``torch.compile`` with remat choosing, for every graph of the training step, what the
@@ -67,6 +67,11 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       of those it reads, so budgets can be tighter. A caller that in fact keeps them peaks
       above the plan's prediction by up to their size.
 
+    - ``max_overhead``: instead of a budget, the least memory within this share of extra step
+      time (``0.10``: at most 10% slower than without recomputation, by the simulator's
+      prediction), by MAGIS's search over fission, recomputation and swapping
+      (:func:`remat.solvers.search.magis`; ``solver`` ``"auto"`` or ``"magis"``).
+
     ``fullgraph``, ``dynamic``, ``mode``, ``options`` (inductor's config) and ``disable`` are
     ``torch.compile``'s. Any other keyword is an error that lists these.
     """
@@ -75,7 +80,8 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
                           f"remat's options: {', '.join(Options.__dataclass_fields__)}; "
                           f"torch.compile's: {', '.join(_TORCH_COMPILE)}")
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
-                              compiler=compiler, solver_options=dict(solver_options or {}),
+                              compiler=compiler,
+                              solver_options=_with_overhead(solver_options, max_overhead, budget),
                               on_plan=on_plan, cache=cache, verbose=verbose, outputs=outputs)
     return _compiled(model, settings, options=options, mode=mode, fullgraph=fullgraph, dynamic=dynamic,
                      disable=disable)
@@ -133,15 +139,15 @@ class _StepChecks:
 def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
          time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
          solver_options: Mapping[str, Any] | None = None, cache: bool = True,
-         for_compiler: str = "inductor", **kwargs: Any) -> Plan:
+         for_compiler: str = "inductor", max_overhead: float | None = None, **kwargs: Any) -> Plan:
     """Plan a model's training step without compiling kernels; returns the :class:`Plan` of
     its first graph (:func:`plan_all` returns one per graph).
 
     The model runs its forward once on ``args`` and ``kwargs`` (keyword inputs such as
     Hugging Face's ``input_ids=..., labels=...`` go to the model), which must involve a tensor
     that requires grad. The graph is the joint forward+backward graph ``torch.compile`` would
-    partition. ``solver``, ``budget``, ``time_limit``, ``strict``, ``solver_options`` and
-    ``cache`` (plans kept across runs) are remat's, as in :func:`compile`; ``for_compiler`` is
+    partition. ``solver``, ``budget``, ``time_limit``, ``strict``, ``solver_options``,
+    ``max_overhead`` and ``cache`` (plans kept across runs) are remat's, as in :func:`compile`; ``for_compiler`` is
     the ``compiler`` of the :func:`compile` the plan is for (``"inductor"``, the default, whose
     fused kernels keep fusible values out of memory, or ``"eager"``): the plan is the one that
     call would make.
@@ -156,7 +162,7 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
     """
     plans = plan_all(model, *args, solver=solver, budget=budget, time_limit=time_limit,
                      strict=strict, solver_options=solver_options, cache=cache,
-                     for_compiler=for_compiler, **kwargs)
+                     for_compiler=for_compiler, max_overhead=max_overhead, **kwargs)
     if len(plans) > 1:
         warnings.warn(f"the model has {len(plans)} graphs (graph breaks); returning the plan of "
                       "the first. Use remat.plan_all for all of them.", stacklevel=2)
@@ -166,13 +172,15 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
 def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
              time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
              solver_options: Mapping[str, Any] | None = None, cache: bool = True,
-             for_compiler: str = "inductor", **kwargs: Any) -> list[Plan]:
+             for_compiler: str = "inductor", max_overhead: float | None = None,
+             **kwargs: Any) -> list[Plan]:
     """Like :func:`plan`, but one Plan per captured graph (one per graph break + 1)."""
     plans: list[Plan] = []
     if for_compiler not in COMPILERS:
         raise OptionError(f"unknown compiler {for_compiler!r}; use one of {', '.join(COMPILERS)}")
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
-                              compiler="eager", solver_options=dict(solver_options or {}), cache=cache,
+                              compiler="eager",
+                              solver_options=_with_overhead(solver_options, max_overhead, budget), cache=cache,
                               on_plan=lambda g, p: plans.append(p))
     # captured without codegen (eager), planned for the compiler the user will run
     compiled = _compiled(model, dataclasses.replace(settings, plans_for=for_compiler))
@@ -188,3 +196,19 @@ def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | fl
             "not fall back to PyTorch's partitioner (a RematFallbackWarning says why; strict=True "
             "raises instead)")
     return plans
+
+
+def _with_overhead(solver_options: Mapping[str, Any] | None, max_overhead: float | None,
+                   budget: Any) -> dict:
+    """The solver's options with ``max_overhead`` among them (checked against the budget)."""
+    out = dict(solver_options or {})
+    if max_overhead is None:
+        return out
+    if budget is not None:
+        raise OptionError("give budget (least time within a memory bound) or max_overhead (least "
+                          "memory within a time bound), not both")
+    if isinstance(max_overhead, bool) or not isinstance(max_overhead, (int, float)) or not max_overhead >= 0:
+        raise OptionError(f"max_overhead {max_overhead!r} must be a share of the step time >= 0, such "
+                          "as 0.10 for at most 10% slower")
+    out["max_overhead"] = float(max_overhead)
+    return out

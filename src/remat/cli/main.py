@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bandwidth", type=float, default=None,
                    help="host link bandwidth for the swapping solvers (bytes/s, or bytes per cost "
                         "unit on a graph without a device); default: the device's")
+    p.add_argument("--max-overhead", type=float, default=None,
+                   help="instead of a budget: the least memory within this share of extra step time "
+                        "(0.10), by MAGIS's search (solvers auto and magis)")
     p.set_defaults(module="plan")
 
     s = sub.add_parser("sweep", help="overhead vs memory budget for budgeted solvers (seeds/001 Fig. 5)")

@@ -7,13 +7,15 @@ came closest, its ``message`` saying why). ``--json`` prints :meth:`remat.Plan.t
 which :meth:`remat.Plan.from_dict` reads back, with the schedule's ``offload``/``reload``
 statements for the swapping solvers (``--solver swap`` or ``swap-recompute``; ``--bandwidth``
 sets their link); ``--plot PNG`` draws the plan's device memory and copy stream over time.
+``--max-overhead 0.10`` asks instead of a budget for the least memory within 10% more time
+(MAGIS's search; solvers ``auto`` and ``magis``); a plan with fissions lists them.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ..errors import InfeasibleBudgetError
+from ..errors import InfeasibleBudgetError, OptionError
 from ..graph.io import load_graph
 from ..plans.budget import TORCH_HEADROOM, Budget
 from ..solvers import check_time_limit, solve
@@ -28,6 +30,10 @@ def run(args) -> int:
         # stages on a terminal only, so JSON output and pipes stay clean
         with shown(f"planning {graph.name} ({len(graph)} nodes) with {args.solver}", plain=False):
             options = {} if args.bandwidth is None else {"bandwidth": args.bandwidth}
+            if args.max_overhead is not None:
+                if budget is not None:
+                    raise OptionError("give --budget or --max-overhead, not both")
+                options["max_overhead"] = args.max_overhead
             plan = solve(graph, args.solver, budget=budget, time_limit=time_limit,
                          headroom=TORCH_HEADROOM, **options)
     except InfeasibleBudgetError as e:

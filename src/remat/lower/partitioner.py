@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Sequence
 
 import torch.fx as fx
+from torch._functorch import config as functorch_config
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from ..capture import joint as tc
 from ..capture.to_graph import graph_from_joint
-from ..errors import (InfeasibleBudgetError, RematBudgetWarning, RematError, RematFallbackWarning,
-                      UnsupportedGraphError)
+from ..errors import (InfeasibleBudgetError, PlanError, RematBudgetWarning, RematError,
+                      RematFallbackWarning, UnsupportedGraphError)
 from ..cost.model import constant_bytes, default_cost_model
 from ..plans.budget import REFERENCE_SAVED, TORCH_HEADROOM, format_bytes
 from ..plans.step import StepBudget
@@ -35,6 +36,9 @@ from ..solvers import info
 from ..solvers.feasible import staged_schedules_run_as_planned
 from ..solvers.progress import shown
 from ..solvers.mincut import cut_cost
+from ..graph.fission import Fission
+from ..plans.schedule import Schedule
+from .fission import fission_joint
 from .fx import lower
 from .options import Options
 
@@ -89,7 +93,8 @@ class RematPartitioner(CustomPartitionerFn):
             reference = self._reference_saved(backup, joint_inputs, kwargs)
             joint = tc.prepare_joint(gm, num_fwd_outputs, static)
             graph = self._capture(joint, reference)
-            plan = self._plan(graph)
+            joint, plan = self._plan(graph, lambda p: self._split(joint, p, reference, num_fwd_outputs,
+                                                                   static), joint)
             fw, bw = lower(joint, plan)
             # a plan's peak holds only in its order: inductor keeps to it (plan_order)
             self.keeps_order = True
@@ -136,9 +141,13 @@ class RematPartitioner(CustomPartitionerFn):
             graph.meta["outputs"] = "dropped"  # the caller drops them as the forward returns
         return graph
 
-    def _plan(self, graph) -> Plan:
-        """Plan ``graph`` within its share of the step's budget (:mod:`remat.plans.step`)."""
+    def _plan(self, graph, split=None, joint=None):
+        """Plan ``graph`` within its share of the step's budget (:mod:`remat.plans.step`).
+        Returns the joint graph to lower and the plan: a plan with fissions is ``split(plan)``
+        (:meth:`_split`); where that fails, the graph is planned again without fission, with a
+        warning (strict mode raises)."""
         o = self.options
+        options = dict(o.solver_options)
         step = self.step
         share = step.share(graph, constant_bytes(graph)) if o.budget is not None else None
         if share is None:
@@ -153,7 +162,7 @@ class RematPartitioner(CustomPartitionerFn):
                 else contextlib.nullcontext()
             with shows:
                 return cached_solve(graph, o.solver, budget=budget, time_limit=o.time_limit,
-                                    headroom=headroom, cache=o.cache, **o.solver_options)
+                                    headroom=headroom, cache=o.cache, **options)
 
         try:
             plan = solve_within(budget, headroom)
@@ -168,13 +177,43 @@ class RematPartitioner(CustomPartitionerFn):
                     f"its least memory, {format_bytes(plan.peak_bytes)}, and the graphs after it get "
                     f"{format_bytes(max(0, plan.peak_bytes - share))} less ({e.args[0][:200]})",
                     RematBudgetWarning, stacklevel=2)
+        if split is not None and plan.details.get("fissions"):
+            try:
+                joint, plan = split(plan)
+            except RematError as e:  # the plan without fission is as safe as any other
+                if o.strict or "fission" not in info(o.solver).options:
+                    raise
+                _warn_once(f"remat could not split {graph.name!r} as planned ({e}); planning it "
+                           "without fission")
+                options["fission"] = False
+                plan = solve_within(budget if plan.feasible or budget is None else "min", headroom)
         if o.budget is not None:
             # the budget asked for the step; budget_bytes is this graph's share of it
             plan.options["budget"] = o.budget.text
             plan.options["step_graph"] = len(step.graphs) + 1
         step.planned(graph, plan.saved_activation_bytes, plan.peak_bytes)
         self._warn_if_staged(graph)
-        return plan
+        return joint, plan
+
+    def _split(self, joint, plan: Plan, reference, num_fwd_outputs: int, static):
+        """The joint graph with the plan's fissions unrolled (:mod:`remat.lower.fission`),
+        captured again, and the plan on that capture: its schedule names the parts. The
+        simulator judges it there again; a schedule that does not replay raises (and remat
+        falls back, or in strict mode reports it)."""
+        fissions = [Fission.from_dict(d) for d in plan.details["fissions"]]
+        with functorch_config.patch(cse=False):  # CSE would merge parts that read only shared inputs
+            split = tc.prepare_joint(fission_joint(joint.gm, fissions), num_fwd_outputs, static)
+        graph = self._capture(split, reference)
+        again = Plan.from_schedule(Schedule(graph, list(plan.statements)), solver=plan.solver,
+                                   details=dict(plan.details))
+        again.options.update(plan.options)
+        again.judge(plan.budget, default_cost_model(graph))
+        if again.status == "invalid":
+            raise PlanError(f"the plan's fissions do not replay on the captured graph: {again.message}")
+        if plan.budget is not None and not again.feasible:
+            raise PlanError(f"with its fissions unrolled, {graph.name!r} peaks at "
+                            f"{format_bytes(again.peak_bytes)}, over its budget of {format_bytes(plan.budget)}")
+        return split, again
 
     def _warn_if_staged(self, graph) -> None:
         """A staged solver asked for by name under inductor: its schedule does not run as
@@ -207,6 +246,12 @@ class RematPartitioner(CustomPartitionerFn):
                                        cost=float(cut_cost(graph, saved))).judge()
             self._report(plan)
         return fw, bw
+
+
+def _warn_once(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        warnings.warn(text, RematFallbackWarning, stacklevel=3)
 
 
 class _CacheKey(str):

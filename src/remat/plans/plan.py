@@ -282,7 +282,8 @@ class Plan:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], graph: Graph | None = None) -> "Plan":
         """The plan :meth:`to_dict` wrote (``remat plan --json`` prints one); ``graph``, if
-        given, is attached (and checked to hold every node the schedule names)."""
+        given, is attached (and checked to hold every node the schedule names); a plan with
+        fissions (``details["fissions"]``) gets that graph with them applied."""
         if not isinstance(d, Mapping) or d.get("format") != PLAN_FORMAT:
             raise PlanError(f"not a remat plan: expected a JSON object with \"format\": \"{PLAN_FORMAT}\"")
         if d.get("version") != PLAN_VERSION:
@@ -304,6 +305,11 @@ class Plan:
             raise PlanError(f"malformed remat plan ({type(e).__name__}: {e})") from None
         plan = cls(**kwargs)
         if graph is not None:
+            fissions = plan.details.get("fissions")
+            if fissions and not graph.meta.get("fissions"):  # made on the graph split as it says
+                from ..graph.fission import Fission
+                from ..transforms.fission import apply_fissions
+                graph = apply_fissions(graph, [Fission.from_dict(f) for f in fissions])
             plan.graph = graph
             if plan.statements is not None:
                 Schedule.from_list(graph, [(s.op, s.node) for s in plan.statements])  # names check
@@ -335,6 +341,11 @@ class Plan:
             copies = "" if sim is None else (f" ({sim.offloads} offloads, {sim.reloads} reloads; compute "
                                              f"waits {sim.wait_seconds:.3g} of {sim.predicted_seconds:.3g})")
             lines.append(f"  offloaded to host memory: {len(off)} values{copies}")
+        for f in self.details.get("fissions", []):
+            axes = sorted(set(f["axis"].values()))
+            outs = ", ".join(list(f["outputs"])[:4]) + (", ..." if len(f["outputs"]) > 4 else "")
+            lines.append(f"  split in {f['n']} parts along a dimension of length {f['length']}: "
+                         f"{len(f['nodes'])} nodes (axes {axes}), outputs {outs}")
         acts = self.saved_activations
         held = len(self.saved) - len(acts)
         lines.append(f"  saved for the backward: {len(acts)} activations, "

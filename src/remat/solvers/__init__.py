@@ -16,6 +16,7 @@ from __future__ import annotations
 from . import mincut as _mincut
 from .auto import auto, swap_recompute
 from .swap import reorder_only, swap_only
+from .search import magis
 from .baselines import BASELINES, DESCRIPTIONS
 from .checkmate import checkmate, checkmate_lp
 from .registry import (DEFAULT_TIME_LIMIT, SolverInfo, check_options, check_time_limit, info, names,
@@ -39,6 +40,9 @@ register("swap", "magis", "required", "seeds/004's swapping alone: the step with
          "recomputation, its hot spots offloaded to host memory until it fits", swap_only)
 register("swap-recompute", "magis", "required", "offloading chosen jointly with recomputation: "
          "auto's plans for several budgets, each swapped down; the fastest that fits", swap_recompute)
+register("magis", "magis", "optional", "seeds/004's coordinated search over fission, recomputation "
+         "and swapping: the fastest plan within the budget, or without one the least memory within "
+         "max_overhead (default 10%) more time", magis)
 register("torch-mincut", "pytorch", "none", "PyTorch's own partitioner (min_cut_rematerialization_"
          "partition), as torch.compile runs it")
 register("no-recompute", "pytorch", "none", "PyTorch's default_partition: saves what eager autograd "

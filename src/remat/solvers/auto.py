@@ -40,7 +40,7 @@ from typing import Callable
 
 from ..cost.model import CostModel, default_cost_model
 from ..cost.transfer import link_for_graph
-from ..errors import RematError
+from ..errors import OptionError, RematError
 from ..graph.graph import Graph
 from ..plans.budget import reference_saved, reference_schedule
 from ..plans.simulator import simulate
@@ -53,6 +53,7 @@ from .feasible import FIXED, staged_schedules_run_as_planned
 from .mincut import mincut
 from .mincut.frontier import frontier
 from .progress import report
+from .search import AUTO_SEARCH_SECONDS, has_dimensions, magis, refine
 from .swap import swap_down
 
 AUTO_BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-sqrtn-linearized", "chen-greedy",
@@ -81,10 +82,24 @@ HiGHS spends a minute without a first schedule."""
 
 
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
-         time_limit: float | None = None) -> Plan:
+         time_limit: float | None = None, max_overhead: float | None = None,
+         fission: bool = True) -> Plan:
     """The conservative min cut without a budget; with one, the fastest plan within it (see
-    the module docstring). Each stage is announced to :func:`remat.solvers.progress.report`."""
-    return _auto(g, budget, cost_model, time_limit, swapping=True)
+    the module docstring). Each stage is announced to :func:`remat.solvers.progress.report`.
+    ``max_overhead`` (no budget): the least memory within that share of extra step time, by
+    MAGIS's search (:func:`remat.solvers.search.magis`). ``fission=False``: the search splits
+    no sub-graph."""
+    if max_overhead is not None:
+        if budget is not None:
+            raise OptionError("give a memory budget or max_overhead, not both")
+        return magis(g, cost_model=cost_model, time_limit=time_limit, max_overhead=max_overhead,
+                     fission=fission)
+    plan = _auto(g, budget, cost_model, time_limit, swapping=True)
+    if budget is None or (plan.feasible and budget > 0) or not has_dimensions(g):
+        return plan
+    # nothing fits, or the least memory is asked: MAGIS's search from this plan (fission too)
+    return refine(g, plan, budget, cost_model or default_cost_model(g), AUTO_SEARCH_SECONDS,
+                  fission=fission)
 
 
 def _auto(g: Graph, budget: float | None, cost_model: CostModel | None, time_limit: float | None, *,

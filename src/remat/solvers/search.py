@@ -1,0 +1,367 @@
+"""``solver="magis"``: MAGIS's coordinated search (seeds/004 Section 6.2, Algorithm 3) over
+fission, recomputation and swapping together.
+
+A *state* is a graph (the F-Tree's state: how many parts each candidate region runs as,
+:mod:`remat.transforms.ftree`), the values its forward saves (the rest the backward
+recomputes) and the values swapped out at their longest idle gap. Its schedule is rebuilt from
+these (fission applied, :func:`~remat.plans.schedule.schedule_from_saved_set`, offloads placed
+as :func:`~remat.transforms.swap.offload` places them: stores early, loads as late as the copy
+hides) and judged by the simulator: peak bytes and predicted time.
+
+The rules, from a popped state: the F-Tree's (enable, lift, disable, more or fewer parts),
+recompute a hot spot (a saved value resident at the peak, idle around it: MAGIS's H2) and, on
+a link whose copies run beside compute, swap one out; and their inverses (save again the
+recomputed value that costs most, drop a swap). Best-first: states are compared
+lexicographically with the limit (``BetterThan``): under a memory budget M,
+``(max(mem, M), time)``; under a time limit T (``max_overhead``: T = (1 + max_overhead) x the
+time without recomputation), ``(max(time, T), mem)``. A child is kept in the queue when it is
+better than the best so far with both its measures relaxed by :data:`DELTA` (1.1). A state
+seen before (same graph, saved set and swaps: a canonical hash of the state, which fixes the
+graph and its schedule) is skipped before it is scheduled.
+
+It starts from remat's own plans without fission (``auto``'s within the budget, the min cut
+without one, the step without recomputation), so it never returns a plan worse than those;
+the best plan found is returned with its fissions in ``details["fissions"]``, and its graph
+(``plan.graph``) is the graph with them applied. Deterministic: no random choices, ties
+broken by the order states were made; the wall-clock limit can cut it short
+(``iterations`` caps the states expanded, for tests).
+
+Re-scheduling is not Algorithm 2's interval DP: a state's schedule is rebuilt whole in linear
+time (a few milliseconds on a 2,000-node graph); MAGIS's released code does not use its DP
+scheduler either (MAGIS.md Section 2.3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from ..cost.model import CostModel, default_cost_model
+from ..cost.transfer import Link, link_for_graph
+from ..errors import OptionError, PlanError, RematError
+from ..graph.fission import Fission
+from ..graph.graph import Graph
+from ..plans.budget import reference_saved, reference_schedule
+from ..plans.plan import Plan
+from ..plans.saved_set import backward_work
+from ..plans.schedule import Schedule, schedule_from_saved_set
+from ..plans.simulator import SimResult, simulate
+from ..transforms.fission import apply_fissions
+from ..transforms.ftree import LEVELS, FTree, ftree, mutations
+from ..transforms.swap import gaps, hot_spots, offload
+from .deadline import Deadline
+from .progress import report
+
+DELTA = 1.1
+"""The relaxation of ``BetterThan`` that decides which children enter the queue (Section 7.1)."""
+
+SEARCH_SECONDS = 20.0
+"""The search's own time, at most, when the time limit allows (the starting plans first)."""
+
+TOP = 4
+"""Hot spots tried per rule and state."""
+
+AUTO_SEARCH_SECONDS = 10.0
+"""What ``auto`` gives the search when none of its plans fits, or for the least memory."""
+
+DEFAULT_OVERHEAD = 0.10
+"""Without a budget, the least memory within this share of extra step time."""
+
+
+@dataclass(frozen=True)
+class State:
+    ns: tuple[int, ...]
+    saved: frozenset[str]
+    swaps: frozenset[str] = frozenset()
+
+    def key(self) -> str:
+        h = hashlib.blake2b(digest_size=16)
+        h.update(repr(self.ns).encode())
+        for part in (sorted(self.saved), ["|"], sorted(self.swaps)):
+            h.update("\0".join(part).encode())
+        return h.hexdigest()
+
+
+@dataclass
+class Judged:
+    state: State
+    graph: Graph
+    schedule: Schedule
+    sim: SimResult
+    rule: str
+    path: tuple[str, ...] = field(default=())
+
+    @property
+    def mem(self) -> int:
+        return self.sim.peak_bytes
+
+    @property
+    def lat(self) -> float:
+        return self.sim.predicted_seconds
+
+
+@dataclass(frozen=True)
+class Objective:
+    """``BetterThan``: memory mode (``memory`` = M bytes) or time mode (``seconds`` = T)."""
+
+    memory: float | None = None
+    seconds: float | None = None
+
+    def key(self, j: Judged, delta: float = 1.0) -> tuple[float, float]:
+        return self.key_of(j.mem, j.lat, delta)
+
+    def key_of(self, mem: float, lat: float, delta: float = 1.0) -> tuple[float, float]:
+        if self.memory is not None:
+            return (max(delta * mem, self.memory), delta * lat)
+        return (max(delta * lat, self.seconds), delta * mem)
+
+    def better(self, a: Judged, b: Judged, delta: float = 1.0) -> bool:
+        return self.key(a) < self.key(b, delta)
+
+    def met(self, j: Judged) -> bool:
+        return j.mem <= self.memory if self.memory is not None else j.lat <= self.seconds
+
+
+class Search:
+    """One run of Algorithm 3 on ``g`` (see the module docstring)."""
+
+    def __init__(self, g: Graph, objective: Objective, cm: CostModel, link: Link, *,
+                 swapping: bool, levels: int = LEVELS) -> None:
+        self.g, self.objective, self.cm, self.link = g, objective, cm, link
+        self.swapping = swapping
+        self.levels = levels
+        self.tree = FTree((), ())
+        self.graphs: dict[tuple[int, ...], Graph | None] = {}
+        self.judged: dict[str, Judged | None] = {}
+        self.expanded = 0
+
+    # -- states ---------------------------------------------------------------------------
+    def graph(self, ns: tuple[int, ...]) -> Graph | None:
+        if ns not in self.graphs:
+            try:
+                self.graphs[ns] = apply_fissions(self.g, self.tree.fissions(ns))
+            except PlanError:
+                self.graphs[ns] = None
+        return self.graphs[ns]
+
+    def judge(self, state: State, rule: str, path: tuple[str, ...] = ()) -> Judged | None:
+        k = state.key()
+        if k in self.judged:
+            return None  # seen: skipped before it is scheduled
+        self.judged[k] = None
+        gf = self.graph(state.ns)
+        if gf is None:
+            return None
+        try:
+            s = schedule_from_saved_set(gf, _saved_in(gf, state.saved))
+            for w in sorted(state.swaps):
+                s = _swapped(s, w, self.link, self.cm)
+        except RematError:
+            return None
+        sim = simulate(s, self.cm, link=self.link)
+        if not sim.valid:
+            return None
+        j = self.judged[k] = Judged(state, gf, s, sim, rule, path + (rule,))
+        return j
+
+    def start(self, saved_sets: list[tuple[str, list[str]]]) -> list[Judged]:
+        ns0 = ()
+        starts = []
+        for name, saved in saved_sets:
+            j = self.judge(State(ns0, frozenset(saved)), name)
+            if j is not None:
+                starts.append(j)
+        if not starts:
+            return []
+        first = min(starts, key=self.objective.key)
+        self.tree = ftree(self.g, _resident_at_peak(first.schedule, first.sim), self.levels)
+        ns = (1,) * len(self.tree)
+        out = []
+        for j in starts:  # the same states, in the tree's terms
+            state = State(ns, j.state.saved, j.state.swaps)
+            self.judged[state.key()] = moved = Judged(state, j.graph, j.schedule, j.sim, j.rule, j.path)
+            out.append(moved)
+        return out
+
+    def children(self, j: Judged) -> list[tuple[str, State]]:
+        """The states one rule away from ``j``'s, in a fixed order."""
+        st = j.state
+        out = [(rule, State(ns, st.saved, st.swaps)) for rule, ns in mutations(self.tree, st.ns)]
+        spots = hot_spots(j.schedule, j.sim)[:TOP]
+        for gap in spots:
+            v = gap.node
+            if v in st.saved and j.graph[v].role == "forward":
+                out.append((f"recompute {v}", State(st.ns, st.saved - {v}, st.swaps)))
+            if self.swapping and gap.node not in st.swaps:
+                out.append((f"swap {gap.node}", State(st.ns, st.saved, st.swaps | {gap.node})))
+        for w in sorted(st.swaps):
+            out.append((f"unswap {w}", State(st.ns, st.saved, st.swaps - {w})))
+        for v in _recomputed(j, self.g)[:TOP]:
+            if v not in st.saved:
+                out.append((f"save {v}", State(st.ns, st.saved | {v}, st.swaps)))
+        return out
+
+    def run(self, starts: list[Judged], clock: Deadline, iterations: int | None) -> Judged:
+        obj = self.objective
+        best = min(starts, key=obj.key)
+        counter = itertools.count()
+        queue = [(obj.key(j), next(counter), j) for j in starts]
+        heapq.heapify(queue)
+        popped: set[str] = set()
+        while queue and not clock.expired() and (iterations is None or self.expanded < iterations):
+            _, _, j = heapq.heappop(queue)
+            k = j.state.key()
+            if k in popped:
+                continue
+            popped.add(k)
+            self.expanded += 1
+            for rule, child in self.children(j):
+                if clock.expired():
+                    break
+                c = self.judge(child, rule, j.path)
+                if c is None:
+                    continue
+                if obj.better(c, best):
+                    best = c
+                if obj.better(c, best, DELTA):
+                    heapq.heappush(queue, (obj.key(c), next(counter), c))
+        return best
+
+
+def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
+          time_limit: float | None = None, max_overhead: float | None = None,
+          iterations: int | None = None, fission: bool = True, bandwidth: float | None = None) -> Plan:
+    """The best plan Algorithm 3 finds: the fastest within ``budget`` bytes (0: the least
+    memory), or, without a budget, the least memory within ``max_overhead`` (default
+    :data:`DEFAULT_OVERHEAD`) more time than the step without recomputation. ``fission=False``
+    searches recomputation and swapping only; ``iterations`` caps the states expanded."""
+    from .auto import _auto  # auto calls this search: imported here, not at the top
+
+    t0 = time.perf_counter()
+    if budget is not None and max_overhead is not None:
+        raise OptionError("give a memory budget or max_overhead, not both")
+    if max_overhead is not None and (isinstance(max_overhead, bool) or not max_overhead >= 0):
+        raise OptionError(f"max_overhead {max_overhead!r} must be a share of the step time >= 0, "
+                          "such as 0.10 for 10% more time")
+    cm = cost_model or default_cost_model(g)
+    link = link_for_graph(g, cm, bandwidth=bandwidth)
+    clock = Deadline(time_limit)
+    if budget is not None:
+        objective = Objective(memory=float(budget))
+    else:
+        reference = simulate(reference_schedule(g), cm, link=link)
+        overhead = DEFAULT_OVERHEAD if max_overhead is None else float(max_overhead)
+        objective = Objective(seconds=reference.predicted_seconds * (1 + overhead))
+    report(f"{g.name}: starting plans for the search")
+    half = clock.left() / 2 if clock.limit is not None else None
+    base = _auto(g, budget if budget is not None else 0, cm, half, swapping=link.asynchronous)
+    left = clock.left()
+    own = Deadline(SEARCH_SECONDS if left is None else min(left, SEARCH_SECONDS))
+    plan = _search(g, base, objective, cm, link, own, iterations, fission)
+    plan.solve_seconds = time.perf_counter() - t0
+    return plan
+
+
+def refine(g: Graph, base: Plan, budget: float, cm: CostModel, seconds: float,
+           iterations: int | None = None, fission: bool = True) -> Plan:
+    """``base`` or a better plan the search finds from it within ``budget`` bytes (0: least
+    memory) in ``seconds``: how ``auto`` uses the search."""
+    t0 = time.perf_counter()
+    plan = _search(g, base, Objective(memory=float(budget)), cm, link_for_graph(g, cm),
+                   Deadline(seconds), iterations, fission)
+    if plan is not base:
+        plan.details["tried"] = base.details.get("tried", []) + [
+            {"solver": base.solver, "status": base.status, "peak_bytes": base.peak_bytes,
+             "predicted_seconds": base.predicted_seconds, "compute_cost": base.compute_cost,
+             "message": base.message}]
+    plan.solve_seconds = base.solve_seconds + time.perf_counter() - t0
+    return plan
+
+
+def has_dimensions(g: Graph) -> bool:
+    """Whether capture recorded dimensions for ``g``'s ops (what fission needs)."""
+    return any("dims" in n.meta for n in g.nodes)
+
+
+def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Link, clock: Deadline,
+            iterations: int | None, fission: bool) -> Plan:
+    """Algorithm 3 from ``base`` and the step without recomputation; ``base`` when the search
+    finds nothing better."""
+    saved_sets = [(base.solver, base.saved_names)] if base.statements is not None else []
+    ref = reference_saved(g)
+    if ref is not None:
+        saved_sets.append(("no-recompute", ref))
+    search = Search(g, objective, cm, link, swapping=link.asynchronous, levels=LEVELS if fission else 0)
+    starts = search.start(saved_sets)
+    if not starts:
+        return base
+    report(f"{g.name}: searching ({len(search.tree)} fission candidates)")
+    best = search.run(starts, clock, iterations)
+    plan = _plan(best, search, objective)
+    if base.peak_bytes is not None and base.status != "invalid" and \
+            objective.key_of(base.peak_bytes, base.predicted_seconds) <= objective.key(best):
+        base.details["search"] = plan.details["search"]
+        return base
+    return plan
+
+
+def _plan(best: Judged, search: Search, objective: Objective) -> Plan:
+    fissions = search.tree.fissions(best.state.ns)
+    details = {
+        "fissions": [f.to_dict() for f in fissions],
+        "search": {"expanded": search.expanded, "judged": sum(1 for v in search.judged.values() if v),
+                   "seen": len(search.judged), "candidates": len(search.tree),
+                   "rules": list(best.path),
+                   "limit": {"memory": objective.memory, "seconds": objective.seconds}},
+    }
+    if best.state.swaps:
+        details["link"] = {"bandwidth": search.link.bandwidth, "asynchronous": search.link.asynchronous,
+                           "latency": search.link.latency, "source": search.link.source}
+    p = Plan.from_schedule(best.schedule, solver="magis", details=details)
+    limit = objective.memory if objective.memory else None
+    return p.judge(limit, search.cm, sim=best.sim)
+
+
+def _saved_in(gf: Graph, saved: frozenset[str]) -> list[str]:
+    """The saved set in the graph with fission: a value split into parts is not saved (the
+    backward computes its parts again, one part at a time, beside its own parts: how a region
+    that spans both phases lowers the peak); the rule "save" can save a part by its name."""
+    kept = [v for v in sorted(saved) if v in gf]
+    return kept + list(backward_work(gf, kept).missing_inputs)  # parameters the parts read
+
+
+def _swapped(s: Schedule, w: str, link: Link, cm: CostModel) -> Schedule:
+    """``s`` with ``w``'s longest idle gap swapped out (unchanged if it has none)."""
+    own = [gp for gp in gaps(s) if gp.node == w]
+    if not own:
+        return s
+    gap = max(own, key=lambda gp: (gp.before - gp.after, -gp.after))
+    return offload(s, gap, link, cm)
+
+
+def _recomputed(j: Judged, g: Graph) -> list[str]:
+    """Forward values the schedule computes more than once, costliest first (names in the
+    state's graph: a part is saved by its own name)."""
+    seen: dict[str, int] = {}
+    for st in j.schedule.statements:
+        if st.op == "compute":
+            seen[st.node] = seen.get(st.node, 0) + 1
+    gf = j.graph
+    again = [v for v, c in seen.items() if c > 1 and gf[v].role == "forward"]
+    return sorted(again, key=lambda v: (-gf[v].flops, -gf[v].bytes, v))
+
+
+def _resident_at_peak(s: Schedule, sim: SimResult) -> set[str]:
+    """The values resident when the simulated peak is first reached (MAGIS's hot spots)."""
+    resident: set[str] = set()
+    for k, st in enumerate(s.statements):
+        if k > sim.peak_statement:
+            break
+        if st.op in ("compute", "reload"):
+            resident.add(st.node)
+        elif st.op == "free":
+            resident.discard(st.node)
+    return resident
