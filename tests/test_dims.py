@@ -4,7 +4,9 @@ tables (remat.capture.dims) and the D-graph's components (remat.graph.dims).
 A link ``[u, i, a]`` of node v says that dimension i of input u is v's axis a (a < 0: a
 reduce axis, summed over). The tables are checked op by op on small aten graphs, then the
 components on captured joint graphs: an MLP, a hand-written attention block, GPT-2 tiny and a
-CNN with batch norm.
+CNN with batch norm. A reshape that merges dims (``[B, T, C] -> [B*T, C]``) or splits one links
+the outermost of the merged dims to the merged one (a merge link, B to B*T): a component's
+axes are then multiples of its ``length``, the smallest.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import remat
 from remat.capture.dims import dim_links
 from remat.errors import GraphError
-from remat.graph.dims import axis_length, dim_graph, links
+from remat.graph.dims import axis_length, dim_graph, is_merge_link, links
 from remat.graph.graph import Graph, Node
 from remat.graph.io import graph_from_dict, graph_to_dict
 
@@ -91,11 +93,37 @@ def test_views_link_the_dims_they_keep():
     assert only(lambda a: a.unsqueeze(1), r(2, 3)) == {("a", 0, 0), ("a", 1, 2)}
     assert only(lambda a: aten.select(a, 1, 0), r(2, 3, 4)) == {("a", 0, 0), ("a", 2, 1)}
     assert only(lambda a: aten.slice(a, 1, 0, 2), r(2, 3, 4)) == {("a", 0, 0), ("a", 2, 2)}
-    # reshape: only dims whose boundaries align with equal sizes
-    assert only(lambda a: a.view(32, 64), r(2, 16, 64)) == {("a", 2, 1)}
-    assert only(lambda a: a.view(2, 16, 4, 16), r(2, 16, 64)) == {("a", 0, 0), ("a", 1, 1)}
-    assert only(lambda a: a.view(6, 4), r(2, 3, 4)) == {("a", 2, 1)}
-    assert only(lambda a: a.view(4, 6), r(2, 3, 4)) is None
+    # reshape: dims whose boundaries align; a merged group links its outermost dim (below)
+    assert only(lambda a: a.view(2, 16, 4, 16), r(2, 16, 64)) == {("a", 0, 0), ("a", 1, 1), ("a", 2, 2)}
+    assert only(lambda a: a.view(6, 4), r(2, 3, 4)) == {("a", 0, 0), ("a", 2, 1)}
+    assert only(lambda a: a.view(4, 6), r(2, 3, 4)) is None  # [2, 3, 4] -> [4, 6]: no single dim
+
+
+def test_reshapes_link_the_outermost_dim_of_a_merged_group():
+    """Flattening [B, T, C] -> [B*T, C] links B to B*T (its first B/n rows are the first B*T/n
+    rows), unflattening [B*T, C] -> [B, T, C] links B*T to B; never T to B*T; unit dims are
+    skipped; the heads split of C links C to the heads (the outermost of H x d)."""
+    flat = only(lambda a: a.view(32, 64), r(2, 16, 64))
+    assert flat == {("a", 0, 0), ("a", 2, 1)} and ("a", 1, 0) not in flat
+    assert only(lambda a: a.view(2, 16, 64), r(32, 64)) == {("a", 0, 0), ("a", 1, 2)}
+    assert only(lambda a: aten._unsafe_view(a, [32, 64]), r(2, 16, 64)) == {("a", 0, 0), ("a", 2, 1)}
+    assert only(lambda a: a.flatten(0, 1), r(2, 16, 64)) == {("a", 0, 0), ("a", 2, 1)}
+    assert only(lambda a: a.reshape(-1), r(2, 16, 64)) == {("a", 0, 0)}
+    # bmm's [B, H, T, d] -> [B*H, T, d]: B links to dim 0, H nowhere
+    assert only(lambda a: a.reshape(8, 16, 16), r(2, 4, 16, 16)) == {("a", 0, 0), ("a", 2, 1), ("a", 3, 2)}
+    assert only(lambda a: a.view(1, 32, 1, 64), r(2, 16, 64)) == {("a", 0, 1), ("a", 2, 3)}
+    # [2, 3] -> [6] merges; [4, 6] -> [6, 4] has several dims on both sides: nothing
+    assert only(lambda a: a.view(6, 4), r(2, 3, 4)) == {("a", 0, 0), ("a", 2, 1)}
+    assert only(lambda a: a.view(6, 4), r(4, 6)) is None
+    found = traced(lambda a: a.view(torch.float16), r(2, 16))
+    assert found["view"] is None  # view(dtype)
+    # the rule the tables and the D-graph check: the smaller dim is the outermost of a run of
+    # dims whose product is the larger, starting at the same offset
+    assert is_merge_link((2, 16, 64), 0, (32, 64), 0) and is_merge_link((32, 64), 0, (2, 16, 64), 0)
+    assert not is_merge_link((2, 16, 64), 1, (32, 64), 0)  # T is not the outermost of B x T
+    assert not is_merge_link((32, 64), 0, (2, 16, 64), 1)
+    assert is_merge_link((2, 16, 64), 2, (2, 16, 4, 16), 2) and not is_merge_link((2, 16, 64), 2, (2, 16, 4, 16), 3)
+    assert not is_merge_link((4, 6), 0, (6, 4), 0)
 
 
 def test_reductions_sum_over_reduce_axes_only_for_sum():
@@ -219,6 +247,10 @@ def test_mlp_batch_links_through_both_layers_into_the_weight_gradients(mlp):
     hidden = dg.component_of(fc1.name, 1)
     assert hidden is not None and hidden is not batch and hidden.length == 32
     assert all(axis_length(g, v, a) == 12 for v, a in batch.axis.items())
+    # no reshape merges dims here: every link joins equal lengths, every component has one
+    assert all(axis_length(g, u, i) == axis_length(g, n.name, a) for n in g for u, i, a in links(n))
+    for c in dg.components:
+        assert {axis_length(g, v, a) for v, a in c.axis.items()} == {c.length}
 
 
 @pytest.fixture(scope="module")
@@ -248,26 +280,45 @@ def attention_block():
 
 def test_attention_block_dimensions(attention_block):
     """What links in a transformer block whose matmuls AOT writes as [B*T, C] mm and [B*H, T, T]
-    bmm: the batch spans the layer norm but not the matmuls (their views merge it with the
-    sequence or the heads); the heads link the q/k/v views; the query and key sequence axes are
-    different components, never both in one bmm's component; the key axis is the reduce axis
-    of probs @ v but does not link across the softmax."""
+    bmm: the batch spans the layer norm and, through the merge links of the views around them,
+    the linear layers ([B*T, C] addmm and mm) and the bmm ([B*H, T, d]); the heads link the
+    q/k/v views (and C, which they split); the query and key sequence axes are different
+    components, never both in one bmm's component; the key axis is the reduce axis of
+    probs @ v but does not link across the softmax."""
     g = attention_block
     dg = dim_graph(g)
     (x,) = [n for n in g if n.role == "input"]
     (ln_stats,) = [n for n in ops(g, "var_mean.correction") if n.role == "forward"]
     batch = dg.component_of(x.name, 0)
-    assert batch.length == 3 and ln_stats.name in batch.axis
-    assert not members(batch, ops(g, "addmm.default") + ops(g, "bmm.default"))
-    assert all(dg.component_of(n.name, 0).length == 24 for n in ops(g, "addmm.default"))  # B*T
+    assert batch is dg.components[0] and batch.length == 3 and ln_stats.name in batch.axis
+    # the projections and the MLP: B*T (24) rows, the batch's first B/n rows its first B*T/n
+    linear = ops(g, "addmm.default")
+    assert len(linear) == 4 and members(batch, linear) == {n.name: 0 for n in linear}
+    assert all(axis_length(g, n.name, 0) == 24 for n in linear)
+    grad_inputs = ops(g, "mm.default", (24, 32)) + ops(g, "mm.default", (24, 128))
+    assert len(grad_inputs) == 4 and members(batch, grad_inputs) == {n.name: 0 for n in grad_inputs}
+    weight_grads = [n for n in ops(g, "mm.default") if n.shape in ((32, 128), (128, 32), (32, 32), (96, 32))]
+    assert len(weight_grads) == 4 and members(batch, weight_grads) == {n.name: -1 for n in weight_grads}
+    assert all(axis_length(g, n.name, -1) == 24 for n in weight_grads)  # summed over B*T
+    # the bmm's batch B*H (12): the q/k/v views [B, H, T, d] -> [B*H, T, d] link B to it
+    bmms = ops(g, "bmm.default")
+    assert len(bmms) == 6 and members(batch, bmms) == {n.name: 0 for n in bmms}
+    assert all(axis_length(g, n.name, 0) == 12 for n in bmms)
+    assert {axis_length(g, v, a) for v, a in batch.axis.items()} == {3, 12, 24}
+    # a flattening view [B, T, C] -> [B*T, C] in the batch: B links to B*T, T to nothing
+    flatten = [n for n in ops(g, "view.default", (24, 32)) if g[n.inputs[0]].shape == (3, 8, 32)]
+    assert flatten and all(dg.linked(n.inputs[0], 0, n.name, 0) and batch.axis[n.name] == 0 for n in flatten)
+    assert not any(dg.linked(n.inputs[0], 1, n.name, 0) for n in flatten)
     # layer norm's normalised dim links nothing into its statistics
     assert {i for u, i, a in links(ln_stats) if u == x.name} == {0, 1}
     # heads: q/k/v's view splits C into heads x head_dim; the heads axis links the transposes
+    # (and, through the split of C, q/k/v's C: 32, a multiple of 4)
     (qkv,) = [n for n in g if n.op == "split.Tensor" and n.role == "forward"]
     q, k, v = (n for n in g.nodes if n.op == "getitem" and n.inputs == (qkv.name,))
     k_heads = next(n for n in g.users(g.users(k.name)[0].name) if n.op == "permute.default")
     heads = dg.component_of(k_heads.name, 1)
-    assert heads.length == 4 and all(axis_length(g, n, a) == 4 for n, a in heads.axis.items())
+    assert heads.length == 4 and heads.axis.get(k.name) == 2 and axis_length(g, k.name, 2) == 32
+    assert all(axis_length(g, n, a) in (4, 32) for n, a in heads.axis.items())
     assert not members(heads, ops(g, "bmm.default") + ops(g, "var_mean.correction"))
     # scores = q @ k^T (forward bmm [12, 8, 8]): m = query positions, n = key positions
     scores, out = [n for n in ops(g, "bmm.default") if n.role == "forward"]
@@ -314,6 +365,45 @@ def test_gpt2_attention_links_batch_and_heads(gpt2):
         assert {u for u, _, _ in links(sdpa)} == set(sdpa.inputs)
 
 
+def test_gpt2_batch_links_through_the_linear_layers(gpt2):
+    """The forward's batch (length 2) runs from the tokens through the embedding, every layer
+    norm, every linear layer ([B*T, C] addmm: 32 rows), the q/k/v views into attention's batch
+    and the language-model head; the backward's batch (the linear layers' input and weight
+    gradients, the latter summed over B*T) is another component: the loss's mean over the
+    tokens does not carry the batch from the forward to the backward."""
+    g = gpt2
+    dg = dim_graph(g)
+    (tokens,) = [n for n in g if n.role == "input"]
+    batch = dg.component_of(tokens.name, 0)
+    assert batch.length == 2 and batch in dg.components[:2]
+    linear = ops(g, "addmm.default")
+    assert len(linear) == 8 and members(batch, linear) == {n.name: 0 for n in linear}
+    assert all(axis_length(g, n.name, 0) == 32 for n in linear)
+    (head,) = [n for n in ops(g, "mm.default", (32, 256)) if n.role == "forward"]
+    assert batch.axis.get(head.name) == 0
+    stats = [n for n in ops(g, "var_mean.correction") if n.role == "forward"]
+    assert len(stats) == 5 and members(batch, stats) == {n.name: 0 for n in stats}
+    for sdpa in ops(g, "_scaled_dot_product_flash_attention_for_cpu.default"):
+        assert batch.axis.get(sdpa.name) == 0
+        assert all(batch.axis.get(u) == 0 for u in sdpa.inputs[:3])  # q, k, v
+    # the flattening views [B, T, C] -> [B*T, C] before the linear layers link B to B*T
+    flatten = [n for n in ops(g, "view.default") if n.shape == (32, 64) and g[n.inputs[0]].shape == (2, 16, 64)]
+    assert len(flatten) >= 4
+    for n in flatten:
+        assert dg.linked(n.inputs[0], 0, n.name, 0) and not dg.linked(n.inputs[0], 1, n.name, 0)
+        assert dg.component_of(n.name, 0) is dg.component_of(n.inputs[0], 0)
+    assert {axis_length(g, v, a) for v, a in batch.axis.items()} == {2, 32}
+    # the backward's batch: the gradients of the linear layers
+    backward = next(c for c in dg.components[:2] if c is not batch)
+    assert backward.length == 2
+    grad_inputs = [n for n in ops(g, "mm.default") if n.role == "backward" and n.shape[0] == 32]
+    weight_grads = [n for n in ops(g, "mm.default") if n.role == "backward" and n.shape[0] != 32]
+    assert len(grad_inputs) == len(weight_grads) == 9
+    assert members(backward, grad_inputs) == {n.name: 0 for n in grad_inputs}
+    assert members(backward, weight_grads) == {n.name: -1 for n in weight_grads}
+    assert all(axis_length(g, n.name, -1) == 32 for n in weight_grads)
+
+
 def test_gpt2_layer_norm_loss_and_embedding_gradient(gpt2):
     g = gpt2
     dg = dim_graph(g)
@@ -338,16 +428,17 @@ def test_gpt2_layer_norm_loss_and_embedding_gradient(gpt2):
 
 
 def test_gpt2_components_hold_each_node_once_and_are_linked(gpt2):
-    """Every component: nodes once each (an axis map), one length, connected by its links,
-    sorted largest first; every link of a member whose input is a member on the linked dim
-    joins them (the components are unions of D-edges)."""
+    """Every component: nodes once each (an axis map), lengths multiples of the smallest (its
+    length), connected by its links, sorted largest first; every link of a member whose input
+    is a member on the linked dim joins them (the components are unions of D-edges)."""
     g = gpt2
     dg = dim_graph(g)
     sizes = [len(c.axis) for c in dg.components]
     assert sizes == sorted(sizes, reverse=True) and min(sizes) >= 2 and len(sizes) > 20
     assert [c.id for c in dg.components] == list(range(len(sizes)))
     for c in dg.components:
-        assert {axis_length(g, v, a) for v, a in c.axis.items()} == {c.length}
+        lengths = {axis_length(g, v, a) for v, a in c.axis.items()}
+        assert min(lengths) == c.length and all(n % c.length == 0 for n in lengths)
         edges = {v: set() for v in c.axis}
         for v, a in c.axis.items():
             for u, i, b in links(g[v]):
@@ -460,8 +551,44 @@ def test_bad_links_are_refused():
     with pytest.raises(GraphError, match="does not read"):
         dim_graph(g)
     g = Graph([_node("x", (), (4,)), _node("y", ("x",), (8,), [["x", 0, 0]])])
-    with pytest.raises(GraphError, match="length"):
+    with pytest.raises(GraphError, match="length"):  # a multiple, but not a reshape
         dim_graph(g)
+    # a reshape [2, 16, 8] -> [32, 8] links B (dim 0) to B*T, never T (dim 1)
+    for bad in (["x", 1, 0], ["x", 2, 0]):
+        g = Graph([_node("x", (), (2, 16, 8)), _node("y", ("x",), (32, 8), [bad], op="view.default")])
+        with pytest.raises(GraphError, match="length"):
+            dim_graph(g)
+
+
+def _reshape(name, x, shape, dims):
+    return _node(name, (x,), shape, dims, op="view.default")
+
+
+def test_merge_links_join_multiples_of_the_smallest_length():
+    """[B, T, C] -> [B*T, C] -> f -> [B, T, C]: the batch component holds B and B*T axes, its
+    length is B; a group whose lengths would not all be multiples of the smallest is not merged
+    ([4, 6] -> [24] -> [6, 4]: 4 and 6)."""
+    g = Graph([
+        _node("x", (), (2, 16, 8)),
+        _reshape("flat", "x", (32, 8), [["x", 0, 0], ["x", 2, 1]]),
+        _node("f", ("flat",), (32, 8), [["flat", 0, 0], ["flat", 1, 1]], op="relu.default"),
+        _reshape("y", "f", (2, 16, 8), [["f", 0, 0], ["f", 1, 2]]),
+        _node("s", ("y",), (2,), [["y", 0, 0], ["y", 1, -1], ["y", 2, -2]], op="sum.dim_IntList"),
+    ])
+    dg = dim_graph(g)
+    batch = dg.component_of("x", 0)
+    assert batch.axis == {"x": 0, "flat": 0, "f": 0, "y": 0, "s": 0} and batch.length == 2
+    assert [axis_length(g, v, 0) for v in batch.axis] == [2, 32, 32, 2, 2]
+    # T: x's links nothing (B*T merges it); y's (made by the unflattening) is the sum's reduce axis
+    assert dg.component_of("x", 1) is None and dg.component_of("y", 1).axis == {"y": 1, "s": -1}
+    g = Graph([
+        _node("x", (), (4, 6)),
+        _reshape("flat", "x", (24,), [["x", 0, 0]]),
+        _reshape("y", "flat", (6, 4), [["flat", 0, 0]]),
+    ])
+    dg = dim_graph(g)
+    assert dg.component_of("flat", 0).axis == {"flat": 0, "y": 0} and dg.component_of("flat", 0).length == 6
+    assert dg.component_of("x", 0) is None  # 4 and 6: n = 4 would not split y's 6 rows
 
 
 def test_dim_graph_on_a_5000_node_graph():

@@ -62,3 +62,21 @@ def test_an_mlp_is_split_along_its_batch_and_trains_as_eager():
     assert f["length"] == 1024 and f["n"] >= 2 and -1 in f["outputs"].values()  # a summed gradient
     for a, b in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_max_overhead_asks_for_the_least_memory_within_that_time():
+    """remat.compile(model, max_overhead=0.10): the search's time mode. The plan is predicted
+    within 10% of the step without recomputation and peaks no higher than it; both knobs
+    together are refused."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8))
+    x = torch.randn(512, 64)
+    (plan,) = remat.plan_all(model, x, max_overhead=0.10, cache=False, time_limit=10)
+    (ref,) = remat.plan_all(model, x, solver="no-recompute", cache=False)
+    limit = plan.details["search"]["limit"]["seconds"]
+    assert limit == pytest.approx(1.10 * ref.predicted_seconds, rel=1e-6)
+    assert plan.predicted_seconds <= limit and plan.peak_bytes <= ref.peak_bytes
+    with pytest.raises(remat.OptionError, match="not both"):
+        remat.compile(model, budget=0.5, max_overhead=0.1)
+    with pytest.raises(remat.OptionError, match="max_overhead"):
+        remat.compile(model, max_overhead=-1)

@@ -62,7 +62,7 @@ input dim whose size is neither 1 nor the axis's length drops the axis altogethe
 that input positionally, e.g. a gather from a larger table); all inputs linked to one reduce
 axis must agree on its length; axes of length 1 are never linked (they cannot be split). A
 reshape's merge link (the only exception) links sizes of which the larger (the merged dim) is
-a multiple of the smaller (the outermost dim of its group).
+a multiple of the smaller, the outermost dim of its group (:func:`remat.graph.dims.is_merge_link`).
 
 Containers (ops with several outputs: ``var_mean``, ``native_layer_norm``, ``split``,
 ``convolution_backward``, attention, ...): the tuple node's axes are the op's **loop axes**:
@@ -89,6 +89,8 @@ from functools import lru_cache, partial
 
 import torch
 import torch.fx as fx
+
+from ..graph.dims import is_merge_link
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -152,6 +154,7 @@ def _checked(table: _Table) -> tuple[list[list], dict[int, int]]:
     """The links that pass the size checks (module docstring) and each linked axis's length."""
     shape = table.shape
     shapes: dict[fx.Node, tuple] = {}
+    inp_of: dict[str, fx.Node] = {}
     sized = []
     for inp, d, a in table.links:
         if inp not in shapes:
@@ -160,13 +163,14 @@ def _checked(table: _Table) -> tuple[list[list], dict[int, int]]:
         xs = shapes[inp]
         if 0 <= d < len(xs) and type(xs[d]) is int and xs[d] > 1:
             sized.append((inp.name, d, a, xs[d], (inp, d, a) in table.merged))
+            inp_of[inp.name] = inp
     lengths: dict[int, int] = {}
     dropped: set[int] = set()
     merges = []  # (name, d, a, size) of merge links whose sizes are multiples
     for name, d, a, size, merge in sized:
         length = (shape[a] if a < len(shape) else None) if a >= 0 else lengths.get(a, size)
         if merge:
-            if type(length) is int and length > 1 and max(length, size) % min(length, size) == 0:
+            if type(length) is int and is_merge_link(shapes[inp_of[name]], d, shape, a):
                 merges.append((name, d, a, size))
         elif length != size:
             dropped.add(a)  # read positionally at another length (a size-1 dim broadcasts)

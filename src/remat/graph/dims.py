@@ -9,12 +9,13 @@ pairs (node, axis) that links mention, the D-edges the links.
 
 Lengths: a link joins axes of one length, except a reshape's **merge link**, which joins the
 outermost dim of a group of dims that the reshape merges into one (or splits one into) with
-that one dim: ``[B, T, C] -> [B*T, C]`` links B to B*T (:mod:`remat.capture.dims`). A
+that one dim: ``[B, T, C] -> [B*T, C]`` links B to B*T (:mod:`remat.capture.dims`,
+:func:`is_merge_link`). A
 component's axes may therefore have different lengths (B, B*T, B*H), and its ``length`` is its
 granularity, the smallest of them, of which every other is a multiple: cutting every member's
 axis into n contiguous chunks, for n dividing ``length``, cuts each into the same parts (part
 k of a merged B*T is the rows of part k of B). :func:`dim_graph` checks each link against the
-shapes (equal lengths, or a multiple for a reshape, :data:`RESHAPES`) and never merges two
+shapes (equal lengths, or a merge link of a reshape, :data:`RESHAPES`) and never merges two
 groups whose lengths would not all be multiples of the smallest (a B*T reshaped into
 ``[T', B']``, neither a multiple of the other, stays apart).
 
@@ -41,8 +42,8 @@ need not carry the component's axes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import gcd, inf
-from typing import Callable, Mapping
+from math import gcd, inf, prod
+from typing import Callable, Mapping, Sequence
 
 from ..errors import GraphError
 from .graph import Graph, Node
@@ -56,6 +57,27 @@ RESHAPES = frozenset({"view", "_unsafe_view", "reshape", "view_copy", "_reshape_
 
 def is_reshape(node: Node) -> bool:
     return node.op.split(".", 1)[0] in RESHAPES
+
+
+def is_merge_link(in_shape: Sequence[int], i: int, out_shape: Sequence[int], a: int) -> bool:
+    """Whether dim ``i`` of a reshape's input (``in_shape``) and dim ``a`` of its output
+    (``out_shape``) make a merge link: the smaller of the two is the outermost dim of a run of
+    dims on its side whose product is the larger, starting at the same element offset.
+    ``[2, 16, 64] -> [32, 64]``: dims 0 and 0 do (2 is the outermost of 2 x 16 = 32); dims 1
+    and 0 do not (16 is not outermost)."""
+    big, bi, small, si = ((in_shape, i, out_shape, a) if in_shape[i] > out_shape[a]
+                          else (out_shape, a, in_shape, i))
+    if small[si] <= 1 or big[bi] % small[si]:
+        return False
+    start = prod(big[:bi])
+    if prod(small[:si]) != start:
+        return False
+    end, p = start * big[bi], start
+    for size in small[si:]:
+        p *= size
+        if p >= end:
+            break
+    return p == end
 
 
 @dataclass(frozen=True)
@@ -111,33 +133,46 @@ def axis_length(g: Graph, node: str, axis: int) -> int | None:
     of an input dimension linked to it (a reduce axis, a multi-output op's loop axis), else
     that of a user's dimension it is linked to (not a reshape's: its merge links join other
     lengths); None if unknown."""
-    return _axis_length(g, node, axis, None)
+    return _Lengths(g)(node, axis)
 
 
-def _axis_length(g: Graph, node: str, axis: int, memo: dict | None) -> int | None:
-    if memo is not None and (node, axis) in memo:
-        return memo[node, axis]
-    n = g[node]
-    length = None
-    if axis >= 0 and n.shape is not None:
-        length = n.shape[axis] if axis < len(n.shape) else None
-    else:
-        for u, i, a in links(n):
-            if a == axis:
-                length = _axis_length(g, u, i, memo)
-                if length is not None:
-                    break
+class _Lengths:
+    """:func:`axis_length`, memoized, reading each node's links once."""
+
+    def __init__(self, g: Graph, links_of: dict[str, list[tuple[str, int, int]]] | None = None) -> None:
+        self.g = g
+        self.links_of = {} if links_of is None else links_of
+        self.memo: dict[tuple[str, int], int | None] = {}
+
+    def _links(self, node: Node) -> list[tuple[str, int, int]]:
+        own = self.links_of.get(node.name)
+        if own is None:
+            own = self.links_of[node.name] = links(node)
+        return own
+
+    def __call__(self, node: str, axis: int) -> int | None:
+        key = (node, axis)
+        memo = self.memo
+        if key in memo:
+            return memo[key]
+        n = self.g[node]
+        shape = n.shape
+        if axis >= 0 and shape is not None:
+            length = shape[axis] if axis < len(shape) else None
         else:
-            for w in g.users(node):
-                if is_reshape(w) or w.shape is None:
-                    continue
-                length = next((w.shape[b] for u, i, b in links(w)
-                               if u == node and i == axis and 0 <= b < len(w.shape)), None)
-                if length is not None:
-                    break
-    if memo is not None:
-        memo[node, axis] = length
-    return length
+            memo[key] = None  # a cycle of links (a malformed graph) ends here
+            length = next((x for u, i, a in self._links(n) if a == axis
+                           for x in (self(u, i),) if x is not None), None)
+            if length is None:
+                for w in self.g.users(node):
+                    if w.shape is None or is_reshape(w):
+                        continue
+                    length = next((w.shape[b] for u, i, b in self._links(w)
+                                   if u == node and i == axis and 0 <= b < len(w.shape)), None)
+                    if length is not None:
+                        break
+        memo[key] = length
+        return length
 
 
 def dim_graph(g: Graph) -> DimGraph:
@@ -152,9 +187,17 @@ def _build(g: Graph) -> DimGraph:
     index = g._index
     user_links: list[dict[int, list[tuple[int, int]]]] = [{} for _ in nodes]  # u -> axis -> [(w, b)]
     links_of: dict[str, frozenset] = {}
-    memo: dict[tuple[str, int], int | None] = {}
+    lengths = _Lengths(g)
+    shapes = [n.shape for n in nodes]
+
+    def length(v: int, a: int) -> int | None:
+        shape = shapes[v]
+        if a >= 0 and shape is not None:
+            return shape[a] if a < len(shape) else None
+        return lengths(nodes[v].name, a)
+
     for w, node in enumerate(nodes):
-        own = links(node)
+        own = lengths._links(node)
         if not own:
             continue
         links_of[node.name] = frozenset(own)
@@ -163,15 +206,17 @@ def _build(g: Graph) -> DimGraph:
             if u not in node.inputs:
                 raise GraphError(f"node {node.name!r} links dimension {i} of {u!r}, which it does not "
                                  f"read (meta['dims'] = {node.meta['dims']!r})")
-            lu, lw = _axis_length(g, u, i, memo), _axis_length(g, node.name, b, memo)
-            if lu is not None and lw is not None and lu != lw:
+            lu, lw = length(index[u], i), length(w, b)
+            if lu != lw and lu is not None and lw is not None:
                 if reshape is None:
                     reshape = is_reshape(node)
-                if not (reshape and b >= 0 and lu > 0 and lw > 0 and max(lu, lw) % min(lu, lw) == 0):
+                us = shapes[index[u]]
+                if not (reshape and i >= 0 and b >= 0 and us is not None and node.shape is not None
+                        and is_merge_link(us, i, node.shape, b)):
                     raise GraphError(f"node {node.name!r} links axis {i} of {u!r} (length {lu}) to its axis "
                                      f"{b} (length {lw}): its meta['dims'] disagree with the shapes")
             user_links[index[u]].setdefault(i, []).append((w, b))
-    groups = _Groups(_descendants(g), lambda x: _axis_length(g, nodes[x[0]].name, x[1], memo))
+    groups = _Groups(_descendants(g), length)
     for v in range(len(nodes) - 1, -1, -1):
         axes = user_links[v]
         for a in sorted(axes, key=lambda x: (x < 0, abs(x))):
@@ -192,30 +237,23 @@ def _descendants(g: Graph) -> list[int]:
 
 
 class _Groups:
-    """Union-find over D-nodes (node index, axis); each root keeps its members, the bitset of
-    its nodes, the union of its nodes' descendants (``node_desc``: each node's), and the gcd
-    and the smallest of its known axis lengths (``length``: a D-node's, None if unknown)."""
+    """Union-find over D-nodes (node index, axis). Each root keeps ``[members, nodes, desc,
+    gcd, low]``: its members, the bitset of its nodes, the union of its nodes' descendants
+    (``node_desc``: each node's), and the gcd (0: none) and the smallest (inf: none) of its
+    known axis lengths (``length(v, a)``: a D-node's, None if unknown)."""
 
-    def __init__(self, node_desc: list[int], length: Callable[[tuple[int, int]], int | None]) -> None:
+    def __init__(self, node_desc: list[int], length: Callable[[int, int], int | None]) -> None:
         self.node_desc = node_desc
         self.length = length
         self.parent: dict[tuple[int, int], tuple[int, int]] = {}
-        self.members: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        self.nodes: dict[tuple[int, int], int] = {}
-        self.desc: dict[tuple[int, int], int] = {}
-        self.gcd: dict[tuple[int, int], int] = {}  # 0: no known length
-        self.low: dict[tuple[int, int], float] = {}  # inf: no known length
+        self.data: dict[tuple[int, int], list] = {}
 
     def find(self, x: tuple[int, int]) -> tuple[int, int]:
         parent = self.parent
         if x not in parent:
             parent[x] = x
-            self.members[x] = [x]
-            self.nodes[x] = 1 << x[0]
-            self.desc[x] = self.node_desc[x[0]]
-            length = self.length(x)
-            self.gcd[x] = length or 0
-            self.low[x] = length or inf
+            length = self.length(*x)
+            self.data[x] = [[x], 1 << x[0], self.node_desc[x[0]], length or 0, length or inf]
             return x
         root = x
         while parent[root] != root:
@@ -227,16 +265,17 @@ class _Groups:
     def join(self, v: int, a: int, candidates: list[tuple[int, int]]) -> None:
         """Merge (v, a) with the candidate groups it can take (module docstring)."""
         me = self.find((v, a))
+        data = self.data
         bit = 1 << v
-        taken: list[tuple[int, int]] = []
         nodes = desc_union = 0
-        div, low = self.gcd[me], self.low[me]
+        div, low = data[me][3], data[me][4]
+        taken: list[tuple[int, int]] = []
         for r in dict.fromkeys(candidates):
-            rn, rd = self.nodes[r], self.desc[r]
+            _, rn, rd, rdiv, rlow = data[r]
             if rn & (bit | nodes | desc_union) or nodes & rd:
                 continue  # a node twice, or an ancestor of another group's node
-            d, m = gcd(div, self.gcd[r]), min(low, self.low[r])
-            if m != inf and d != m:
+            d, m = gcd(div, rdiv), min(low, rlow)
+            if d != m and m != inf:
                 continue  # lengths that would not all be multiples of the smallest
             taken.append(r)
             nodes |= rn
@@ -246,27 +285,30 @@ class _Groups:
             me = self._union(me, r)
 
     def _union(self, x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
-        if len(self.members[x]) < len(self.members[y]):
+        data = self.data
+        if len(data[x][0]) < len(data[y][0]):
             x, y = y, x
         self.parent[y] = x
-        self.members[x] += self.members.pop(y)
-        self.nodes[x] |= self.nodes.pop(y)
-        self.desc[x] |= self.desc.pop(y)
-        self.gcd[x] = gcd(self.gcd[x], self.gcd.pop(y))
-        self.low[x] = min(self.low[x], self.low.pop(y))
+        dx, dy = data[x], data.pop(y)
+        dx[0] += dy[0]
+        dx[1] |= dy[1]
+        dx[2] |= dy[2]
+        dx[3] = gcd(dx[3], dy[3])
+        dx[4] = min(dx[4], dy[4])
         return x
 
     def roots(self) -> list[tuple[int, int]]:
-        return [r for r in self.members if len(self.members[r]) > 1]
+        return [r for r, d in self.data.items() if len(d[0]) > 1]
 
 
 def _components(g: Graph, groups: _Groups) -> list[Component]:
     found = []
     for r in groups.roots():
-        members = sorted(groups.members[r])
+        members, _, _, _, low = groups.data[r]
+        members = sorted(members)
         axis = {g.nodes[v].name: a for v, a in members}
-        if groups.low[r] == inf:
+        if low == inf:
             raise GraphError(f"the dimension component of {axis!r} has no known length: its nodes need shapes")
-        found.append((members[0][0], axis, int(groups.low[r])))  # the gcd too (join)
+        found.append((members[0][0], axis, int(low)))  # also the gcd of its lengths (join)
     found.sort(key=lambda c: (-len(c[1]), c[0]))
     return [Component(i, axis, length) for i, (_, axis, length) in enumerate(found)]

@@ -58,7 +58,7 @@ from .progress import report
 DELTA = 1.1
 """The relaxation of ``BetterThan`` that decides which children enter the queue (Section 7.1)."""
 
-SEARCH_SECONDS = 20.0
+SEARCH_SECONDS = 15.0
 """The search's own time, at most, when the time limit allows (the starting plans first)."""
 
 TOP = 4
