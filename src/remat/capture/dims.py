@@ -154,7 +154,6 @@ def _checked(table: _Table) -> tuple[list[list], dict[int, int]]:
     """The links that pass the size checks (module docstring) and each linked axis's length."""
     shape = table.shape
     shapes: dict[fx.Node, tuple] = {}
-    inp_of: dict[str, fx.Node] = {}
     sized = []
     for inp, d, a in table.links:
         if inp not in shapes:
@@ -162,16 +161,15 @@ def _checked(table: _Table) -> tuple[list[list], dict[int, int]]:
             shapes[inp] = tuple(val.shape) if isinstance(val, torch.Tensor) else ()
         xs = shapes[inp]
         if 0 <= d < len(xs) and type(xs[d]) is int and xs[d] > 1:
-            sized.append((inp.name, d, a, xs[d], (inp, d, a) in table.merged))
-            inp_of[inp.name] = inp
+            sized.append((inp, d, a, xs[d], (inp, d, a) in table.merged))
     lengths: dict[int, int] = {}
     dropped: set[int] = set()
-    merges = []  # (name, d, a, size) of merge links whose sizes are multiples
-    for name, d, a, size, merge in sized:
+    merges = []  # the merge links that pass (a reshape's, module docstring)
+    for inp, d, a, size, merge in sized:
         length = (shape[a] if a < len(shape) else None) if a >= 0 else lengths.get(a, size)
         if merge:
-            if type(length) is int and is_merge_link(shapes[inp_of[name]], d, shape, a):
-                merges.append((name, d, a, size))
+            if type(length) is int and is_merge_link(shapes[inp], d, shape, a):
+                merges.append((inp.name, d, a))
         elif length != size:
             dropped.add(a)  # read positionally at another length (a size-1 dim broadcasts)
         else:
@@ -188,9 +186,9 @@ def _checked(table: _Table) -> tuple[list[list], dict[int, int]]:
                 if b is None or (b >= 0 and (b >= val.dim() or type(val.shape[b]) is not int
                                              or val.shape[b] != lengths[a])):
                     del lengths[a]
-    links = dict.fromkeys((name, d, a) for name, d, a, size, merge in sized
+    links = dict.fromkeys((inp.name, d, a) for inp, d, a, size, merge in sized
                           if not merge and lengths.get(a) == size)
-    links.update(dict.fromkeys((name, d, a) for name, d, a, _ in merges if a not in dropped))
+    links.update(dict.fromkeys(link for link in merges if link[2] not in dropped))
     return [list(link) for link in links], lengths
 
 

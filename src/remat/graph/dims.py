@@ -10,14 +10,14 @@ pairs (node, axis) that links mention, the D-edges the links.
 Lengths: a link joins axes of one length, except a reshape's **merge link**, which joins the
 outermost dim of a group of dims that the reshape merges into one (or splits one into) with
 that one dim: ``[B, T, C] -> [B*T, C]`` links B to B*T (:mod:`remat.capture.dims`,
-:func:`is_merge_link`). A
-component's axes may therefore have different lengths (B, B*T, B*H), and its ``length`` is its
-granularity, the smallest of them, of which every other is a multiple: cutting every member's
-axis into n contiguous chunks, for n dividing ``length``, cuts each into the same parts (part
-k of a merged B*T is the rows of part k of B). :func:`dim_graph` checks each link against the
-shapes (equal lengths, or a merge link of a reshape, :data:`RESHAPES`) and never merges two
-groups whose lengths would not all be multiples of the smallest (a B*T reshaped into
-``[T', B']``, neither a multiple of the other, stays apart).
+:func:`is_merge_link`). A component's axes may therefore have different lengths (B, B*T,
+B*H), and its ``length`` is its granularity, the smallest of them, of which every other is a
+multiple: cutting every member's axis into n contiguous chunks, for n dividing ``length``,
+cuts each into the same parts (part k of a merged B*T is the rows of part k of B).
+:func:`dim_graph` checks each link against the shapes (equal lengths, or a merge link of a
+reshape, :data:`RESHAPES`) and never merges two groups whose lengths would not all be
+multiples of the smallest (``[4, 6] -> [24] -> [6, 4]``: 4 and 6 stay apart, n = 4 would not
+split the 6).
 
 Components are built as MAGIS's code builds them (``DimGraph.bind_op_graph``): nodes are
 visited in reverse topological order (users first), and each axis ``(v, a)`` of ``v`` that a
@@ -25,15 +25,15 @@ user links to (``[v, a, b]`` in user ``w``'s links) joins the groups of those ``
 Two groups are never merged where both hold the same node (one axis per node) or where one
 holds an ancestor of a node of the other: the path between them does not carry the axis, so
 a part would need another part's data (constraint (3) of Section 4.2), or where their lengths
-would not all be multiples of the smallest (above). Where some of the user
-groups conflict, ``(v, a)`` merges with as many as it can, greedily in the users' topological
-order (the forward user before the backward's), skipping a group that conflicts with those
-taken; it starts a group of its own only where every user group already holds ``v`` on
-another axis. ``v``'s axes are visited in the order 0, 1, ..., then -1, -2, ...
+would not all be multiples of the smallest (above). Where some of the user groups conflict,
+``(v, a)`` merges with as many as it can, greedily in the users' topological order (the
+forward user before the backward's), skipping a group that conflicts with those taken; it
+starts a group of its own only where every user group already holds ``v`` on another axis.
+``v``'s axes are visited in the order 0, 1, ..., then -1, -2, ...
 
 A component therefore holds each node at most once, and its D-nodes are connected by links.
 It does not by itself make a region legal (:mod:`remat.transforms.fission` checks that): a
-node whose axis no input links to (a convolution's H, the heads axis a view makes by
+node whose axis no input links to (a convolution's H, the head_dim axis a view makes by
 splitting 64 into 4 x 16, a random op) is in the component of its users, so that a region
 may slice it as an input, but cannot compute its parts itself; an edge between two members
 need not carry the component's axes.

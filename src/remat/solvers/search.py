@@ -27,8 +27,10 @@ broken by the order states were made; the wall-clock limit can cut it short
 (``iterations`` caps the states expanded, for tests).
 
 Re-scheduling is not Algorithm 2's interval DP: a state's schedule is rebuilt whole in linear
-time (a few milliseconds on a 2,000-node graph); MAGIS's released code does not use its DP
-scheduler either (MAGIS.md Section 2.3).
+time (a few milliseconds on a 2,000-node graph; simulating it costs more); MAGIS's released
+code does not use its DP scheduler either (MAGIS.md Section 2.3). The best state's schedule
+is re-ordered once at the end (the DP over narrow-waist parts of
+:mod:`remat.transforms.reorder`), kept where the simulator finds it better.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from ..plans.schedule import Schedule, schedule_from_saved_set
 from ..plans.simulator import SimResult, simulate
 from ..transforms.fission import apply_fissions
 from ..transforms.ftree import LEVELS, FTree, ftree, mutations
+from ..transforms.reorder import reorder
 from ..transforms.swap import gaps, hot_spots, offload
 from .deadline import Deadline
 from .progress import report
@@ -63,6 +66,9 @@ SEARCH_SECONDS = 15.0
 
 TOP = 4
 """Hot spots tried per rule and state."""
+
+REORDER_SECONDS = 5.0
+"""At most this long re-ordering the best state's schedule, after the search."""
 
 AUTO_SEARCH_SECONDS = 10.0
 """What ``auto`` gives the search when none of its plans fits, or for the least memory."""
@@ -299,13 +305,27 @@ def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Lin
     if not starts:
         return base
     report(f"{g.name}: searching ({len(search.tree)} fission candidates)")
-    best = search.run(starts, clock, iterations)
+    best = _reordered(search.run(starts, clock, iterations), search, objective)
     plan = _plan(best, search, objective)
     if base.peak_bytes is not None and base.status != "invalid" and \
             objective.key_of(base.peak_bytes, base.predicted_seconds) <= objective.key(best):
         base.details["search"] = plan.details["search"]
         return base
     return plan
+
+
+def _reordered(j: Judged, search: Search, objective: Objective) -> Judged:
+    """``j`` with its schedule re-ordered for a lower peak (seeds/004 Section 6.1,
+    :func:`remat.transforms.reorder.reorder`) where that is better; a schedule with copies is
+    left as it is."""
+    if j.state.swaps:
+        return j
+    s = reorder(j.schedule, search.cm, time_limit=REORDER_SECONDS)
+    if s is j.schedule:
+        return j
+    sim = simulate(s, search.cm, link=search.link)
+    c = Judged(j.state, j.graph, s, sim, "reorder", j.path + ("reorder",))
+    return c if sim.valid and objective.better(c, j) else j
 
 
 def _plan(best: Judged, search: Search, objective: Objective) -> Plan:

@@ -1,0 +1,130 @@
+"""User trial (issue 12): fission and the search on a model no test names, beside PyTorch's own.
+
+An MLP-Mixer written for this trial (patch tokens x channels; token-mixing MLPs across a
+transpose, channel-mixing MLPs, LayerNorm), batch 64 x 64 tokens x 128 channels, under
+inductor on this CPU. Each method runs on its own copy of the model from the same weights:
+
+- ``no-recompute``: PyTorch's ``default_partition`` (the reference: peak and time ratios);
+- ``torch knob 0.5``: PyTorch's partitioner with ``activation_memory_budget = 0.5``;
+- ``remat auto 0.5``: ``remat.compile(model, budget=0.5)``;
+- ``remat magis 0.5``: ``remat.compile(model, solver="magis", budget=0.5)``;
+- ``remat +10%``: ``remat.compile(model, max_overhead=0.10)`` (least memory within 10% more
+  predicted time).
+
+Prints per method: the measured peak above the step's start (profiler allocation records),
+as a share of no-recompute's; the step time over no-recompute's (median of alternating
+rounds); the plan's predicted peak share; its fissions; the gradients' largest difference from
+eager autograd.
+
+    PYTHONPATH=src python benchmarks/magis_trial.py [--batch 64] [--repeats 5] [--compiler inductor]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+
+os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+os.environ["REMAT_CACHE_DIR"] = "off"
+
+import torch  # noqa: E402
+import torch._functorch.config as functorch_config  # noqa: E402
+from torch import nn  # noqa: E402
+
+import remat  # noqa: E402
+from remat.bench.measure import peak_memory, step_time  # noqa: E402
+
+
+class MixerBlock(nn.Module):
+    def __init__(self, tokens: int, channels: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(channels), nn.LayerNorm(channels)
+        self.tokens = nn.Sequential(nn.Linear(tokens, 2 * tokens), nn.GELU(), nn.Linear(2 * tokens, tokens))
+        self.channels = nn.Sequential(nn.Linear(channels, 4 * channels), nn.GELU(),
+                                      nn.Linear(4 * channels, channels))
+
+    def forward(self, x):
+        x = x + self.tokens(self.norm1(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.channels(self.norm2(x))
+
+
+class Mixer(nn.Module):
+    def __init__(self, tokens: int = 64, channels: int = 128, depth: int = 4, classes: int = 10) -> None:
+        super().__init__()
+        self.embed = nn.Linear(48, channels)
+        self.blocks = nn.Sequential(*[MixerBlock(tokens, channels) for _ in range(depth)])
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, patches, labels):
+        x = self.blocks(self.embed(patches))
+        return nn.functional.cross_entropy(self.head(x.mean(1)), labels)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--compiler", default="inductor", choices=["inductor", "eager"])
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    ref = Mixer()
+    inputs = (torch.randn(args.batch, 64, 48), torch.randint(0, 10, (args.batch,)))
+    ref(*inputs).backward()
+    eager = [p.grad.clone() for p in ref.parameters()]
+
+    methods = {
+        "no-recompute": dict(solver="no-recompute"),
+        "torch knob 0.5": dict(solver="torch-mincut", knob=0.5),
+        "remat auto 0.5": dict(budget=0.5),
+        "remat magis 0.5": dict(solver="magis", budget=0.5),
+        "remat +10%": dict(max_overhead=0.10),
+    }
+    steps, rows = {}, {}
+    for name, kw in methods.items():
+        torch._dynamo.reset()
+        model = copy.deepcopy(ref)
+        model.zero_grad(set_to_none=True)
+        plans = []
+        knob = kw.pop("knob", None)
+        compiled = remat.compile(model, compiler=args.compiler, cache=False, time_limit=args.time_limit,
+                                 on_plan=lambda g, p, plans=plans: plans.append(p), **kw)
+
+        def step(compiled=compiled, model=model):
+            model.zero_grad(set_to_none=False)
+            compiled(*inputs).backward()
+
+        try:
+            if knob is not None:
+                with functorch_config.patch(activation_memory_budget=knob,
+                                            activation_memory_budget_solver="dp"):
+                    step()
+            else:
+                step()
+        except remat.InfeasibleBudgetError as e:
+            rows[name] = {"status": f"infeasible (smallest {e.smallest_feasible:,} B)"}
+            continue
+        err = max(float((p.grad - e).abs().max()) for p, e in zip(model.parameters(), eager))
+        pm = peak_memory(step, warmup=1, timeline=False)
+        fis = [f"{len(f['nodes'])} nodes / {f['n']}" for p in plans for f in p.details.get("fissions", [])]
+        predicted = sum(p.peak_bytes for p in plans if p.peak_bytes is not None)
+        rows[name] = {"status": "ok", "peak": pm.peak_bytes, "grad_err": err, "fissions": fis,
+                      "predicted_peak": predicted, "plan_s": sum(p.solve_seconds for p in plans)}
+        steps[name] = step
+    times = step_time(steps, repeats=args.repeats, warmup=1)
+    base = rows["no-recompute"]["peak"]
+    t0 = times["no-recompute"].median_s
+    print(f"Mixer, batch {args.batch}, {args.compiler}, CPU; ratios to no-recompute")
+    print("| method | peak | time | plan s | fissions | grad err |")
+    print("|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        if r["status"] != "ok":
+            print(f"| {name} | {r['status']} | | | | |")
+            continue
+        print(f"| {name} | {r['peak'] / base:.3f} | {times[name].median_s / t0:.3f} | {r['plan_s']:.1f} | "
+              f"{', '.join(r['fissions']) or '-'} | {r['grad_err']:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
