@@ -127,9 +127,6 @@ class Objective:
     def better(self, a: Judged, b: Judged, delta: float = 1.0) -> bool:
         return self.key(a) < self.key(b, delta)
 
-    def met(self, j: Judged) -> bool:
-        return j.mem <= self.memory if self.memory is not None else j.lat <= self.seconds
-
 
 class Search:
     """One run of Algorithm 3 on ``g`` (see the module docstring)."""
@@ -141,7 +138,8 @@ class Search:
         self.levels = levels
         self.tree = FTree((), ())
         self.graphs: dict[tuple[int, ...], Graph | None] = {}
-        self.judged: dict[str, Judged | None] = {}
+        self.seen: set[str] = set()  # state keys (the queue holds the judged states themselves)
+        self.judged = 0
         self.expanded = 0
 
     # -- states ---------------------------------------------------------------------------
@@ -155,9 +153,9 @@ class Search:
 
     def judge(self, state: State, rule: str, path: tuple[str, ...] = ()) -> Judged | None:
         k = state.key()
-        if k in self.judged:
+        if k in self.seen:
             return None  # seen: skipped before it is scheduled
-        self.judged[k] = None
+        self.seen.add(k)
         gf = self.graph(state.ns)
         if gf is None:
             return None
@@ -170,8 +168,8 @@ class Search:
         sim = simulate(s, self.cm, link=self.link)
         if not sim.valid:
             return None
-        j = self.judged[k] = Judged(state, gf, s, sim, rule, path + (rule,))
-        return j
+        self.judged += 1
+        return Judged(state, gf, s, sim, rule, path + (rule,))
 
     def start(self, saved_sets: list[tuple[str, list[str]]]) -> list[Judged]:
         ns0 = ()
@@ -188,8 +186,8 @@ class Search:
         out = []
         for j in starts:  # the same states, in the tree's terms
             state = State(ns, j.state.saved, j.state.swaps)
-            self.judged[state.key()] = moved = Judged(state, j.graph, j.schedule, j.sim, j.rule, j.path)
-            out.append(moved)
+            self.seen.add(state.key())
+            out.append(Judged(state, j.graph, j.schedule, j.sim, j.rule, j.path))
         return out
 
     def children(self, j: Judged) -> list[tuple[str, State]]:
@@ -205,7 +203,7 @@ class Search:
                 out.append((f"swap {gap.node}", State(st.ns, st.saved, st.swaps | {gap.node})))
         for w in sorted(st.swaps):
             out.append((f"unswap {w}", State(st.ns, st.saved, st.swaps - {w})))
-        for v in _recomputed(j, self.g)[:TOP]:
+        for v in _recomputed(j)[:TOP]:
             if v not in st.saved:
                 out.append((f"save {v}", State(st.ns, st.saved | {v}, st.swaps)))
         return out
@@ -332,8 +330,8 @@ def _plan(best: Judged, search: Search, objective: Objective) -> Plan:
     fissions = search.tree.fissions(best.state.ns)
     details = {
         "fissions": [f.to_dict() for f in fissions],
-        "search": {"expanded": search.expanded, "judged": sum(1 for v in search.judged.values() if v),
-                   "seen": len(search.judged), "candidates": len(search.tree),
+        "search": {"expanded": search.expanded, "judged": search.judged,
+                   "seen": len(search.seen), "candidates": len(search.tree),
                    "rules": list(best.path),
                    "limit": {"memory": objective.memory, "seconds": objective.seconds}},
     }
@@ -362,7 +360,7 @@ def _swapped(s: Schedule, w: str, link: Link, cm: CostModel) -> Schedule:
     return offload(s, gap, link, cm)
 
 
-def _recomputed(j: Judged, g: Graph) -> list[str]:
+def _recomputed(j: Judged) -> list[str]:
     """Forward values the schedule computes more than once, costliest first (names in the
     state's graph: a part is saved by its own name)."""
     seen: dict[str, int] = {}
