@@ -13,31 +13,12 @@ from remat.capture import joint as tc
 from remat.capture.to_graph import categorize, graph_from_joint
 from remat.errors import PlanError
 from remat.graph.fission import SUM, Fission, part_name, slice_name, sum_name
-from remat.lower.backend import _eager_compile
 from remat.lower.fission import fission_joint
-from remat.lower.options import Options
-from remat.lower.partitioner import RematPartitioner
 from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
 
+from test_lowering import _captured_joint
+
 aten = torch.ops.aten
-
-
-def _captured_joint(model, *inputs):
-    """The joint graph (and partitioner arguments) inductor hands the partitioner (as in
-    tests/test_lowering.py)."""
-    grabbed = {}
-
-    class Grab(RematPartitioner):
-        def __call__(self, gm, joint_inputs, **kwargs):
-            grabbed["gm"], grabbed["kwargs"] = tc.copy_joint(gm), dict(kwargs)
-            return tc.torch_mincut(gm, joint_inputs, **kwargs)
-
-    grab = Grab(Options.create(solver="torch-mincut"))
-    torch._dynamo.reset()
-    torch.compile(model, backend=lambda gm, ex: _eager_compile(gm, ex, grab))(*inputs)
-    kwargs = grabbed["kwargs"]
-    return tc.prepare_joint(grabbed["gm"], kwargs["num_fwd_outputs"],
-                            kwargs.get("static_lifetime_input_indices"))
 
 
 class _MLP(nn.Module):
