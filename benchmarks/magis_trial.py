@@ -1,22 +1,26 @@
-"""User trial (issue 12): fission and the search on a model no test names, beside PyTorch's own.
+"""User trial (issue 12): fission and the search on models no test names, beside PyTorch's own.
 
-An MLP-Mixer written for this trial (patch tokens x channels; token-mixing MLPs across a
-transpose, channel-mixing MLPs, LayerNorm), batch 64 x 64 tokens x 128 channels, under
-inductor on this CPU. Each method runs on its own copy of the model from the same weights:
+``--model mixer``: an MLP-Mixer written for this trial (patch tokens x channels; token-mixing
+MLPs across a transpose, channel-mixing MLPs, LayerNorm), batch 64 x 64 tokens x 128
+channels. ``--model mlp``: three linear layers on a batch of 1,024 with a sum-of-squares
+loss, where activations dominate and a region can hold the whole step. Each method runs on its own copy of the model from the same weights:
 
 - ``no-recompute``: PyTorch's ``default_partition`` (the reference: peak and time ratios);
 - ``torch knob 0.5``: PyTorch's partitioner with ``activation_memory_budget = 0.5``;
 - ``remat auto 0.5``: ``remat.compile(model, budget=0.5)``;
 - ``remat magis 0.5``: ``remat.compile(model, solver="magis", budget=0.5)``;
 - ``remat +10%``: ``remat.compile(model, max_overhead=0.10)`` (least memory within 10% more
-  predicted time).
+  predicted time);
+- ``remat auto min`` / ``remat magis min, no fission`` / ``remat magis min``: the least memory
+  each reaches (``budget="min"``).
 
 Prints per method: the measured peak above the step's start (profiler allocation records),
 as a share of no-recompute's; the step time over no-recompute's (median of alternating
 rounds); the plan's predicted peak share; its fissions; the gradients' largest difference from
 eager autograd.
 
-    PYTHONPATH=src python benchmarks/magis_trial.py [--batch 64] [--repeats 5] [--compiler inductor]
+    PYTHONPATH=src python benchmarks/magis_trial.py [--model mixer|mlp] [--batch N] [--repeats 5]
+        [--compiler inductor|eager]
 """
 
 from __future__ import annotations
@@ -49,6 +53,19 @@ class MixerBlock(nn.Module):
         return x + self.channels(self.norm2(x))
 
 
+class WideMLP(nn.Module):
+    """Three linear layers with GELUs on a wide batch, a sum-of-squares loss: activations
+    dominate, and the loss sums over the batch (a region can hold the whole step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(),
+                                 nn.Linear(256, 8))
+
+    def forward(self, x, labels):
+        return (self.net(x) - nn.functional.one_hot(labels, 8)).square().sum()
+
+
 class Mixer(nn.Module):
     def __init__(self, tokens: int = 64, channels: int = 128, depth: int = 4, classes: int = 10) -> None:
         super().__init__()
@@ -63,14 +80,19 @@ class Mixer(nn.Module):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--model", default="mixer", choices=["mixer", "mlp"])
+    ap.add_argument("--batch", type=int, default=None, help="default 64 (mixer), 1024 (mlp)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compiler", default="inductor", choices=["inductor", "eager"])
     ap.add_argument("--time-limit", type=float, default=30.0)
     args = ap.parse_args()
     torch.manual_seed(0)
-    ref = Mixer()
-    inputs = (torch.randn(args.batch, 64, 48), torch.randint(0, 10, (args.batch,)))
+    if args.model == "mixer":
+        batch = args.batch or 64
+        ref, inputs = Mixer(), (torch.randn(batch, 64, 48), torch.randint(0, 10, (batch,)))
+    else:
+        batch = args.batch or 1024
+        ref, inputs = WideMLP(), (torch.randn(batch, 64), torch.randint(0, 8, (batch,)))
     ref(*inputs).backward()
     eager = [p.grad.clone() for p in ref.parameters()]
 
@@ -80,6 +102,9 @@ def main() -> None:
         "remat auto 0.5": dict(budget=0.5),
         "remat magis 0.5": dict(solver="magis", budget=0.5),
         "remat +10%": dict(max_overhead=0.10),
+        "remat auto min": dict(budget="min"),
+        "remat magis min, no fission": dict(solver="magis", budget="min", solver_options={"fission": False}),
+        "remat magis min": dict(solver="magis", budget="min"),
     }
     steps, rows = {}, {}
     for name, kw in methods.items():
@@ -115,7 +140,7 @@ def main() -> None:
     times = step_time(steps, repeats=args.repeats, warmup=1)
     base = rows["no-recompute"]["peak"]
     t0 = times["no-recompute"].median_s
-    print(f"Mixer, batch {args.batch}, {args.compiler}, CPU; ratios to no-recompute")
+    print(f"{type(ref).__name__}, batch {batch}, {args.compiler}, CPU; ratios to no-recompute")
     print("| method | peak | time | plan s | fissions | grad err |")
     print("|---|---|---|---|---|---|")
     for name, r in rows.items():

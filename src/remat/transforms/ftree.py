@@ -104,12 +104,22 @@ def _candidates(g: Graph, comp: Component, hot: set[str], levels: int) -> list[F
     dg.add_nodes_from(members)
     dg.add_node(_ROOT)
     # a tangent is the gradient of the step's outputs: for dominance it comes after them, so
-    # that the backward hangs below the forward that it differentiates
+    # that the backward hangs below the forward that it differentiates (also where a node
+    # reads a tangent outside the component, such as a scalar loss's)
     outputs = [v for v in members if g[v].is_output and g[v].is_forward]
+    # one entry, as MAGIS's dominators have: the largest input; what only the others (labels)
+    # reach is left out of the tree, so that it does not cut the main path's dominance
+    inputs = sorted((n for n in g.nodes if n.role == "input"), key=lambda n: (-n.bytes, g.index(n.name)))
+    side = {n.name for n in inputs[1:]}
     for v in members:
-        preds = outputs if g[v].role == "tangent" else [u for u in g[v].inputs if u in inside]
+        if g[v].role == "tangent":
+            preds = outputs
+        else:
+            preds = [u for u in g[v].inputs if u in inside]
+            if any(g[u].role == "tangent" and u not in inside for u in g[v].inputs):
+                preds += outputs  # reads a tangent with no axis here (a scalar loss's)
         dg.add_edges_from((u, v) for u in preds)
-        if not preds:
+        if not preds and not (side and side.intersection(g[v].inputs)):
             dg.add_edge(_ROOT, v)
     idom = nx.immediate_dominators(dg, _ROOT)
     children: dict[str, list[str]] = {v: [] for v in members}
