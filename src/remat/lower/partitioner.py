@@ -207,6 +207,7 @@ class RematPartitioner(CustomPartitionerFn):
         again = Plan.from_schedule(Schedule(graph, list(plan.statements)), solver=plan.solver,
                                    details=dict(plan.details))
         again.options.update(plan.options)
+        again.solve_seconds = plan.solve_seconds
         again.judge(plan.budget, default_cost_model(graph))
         if again.status == "invalid":
             raise PlanError(f"the plan's fissions do not replay on the captured graph: {again.message}")
