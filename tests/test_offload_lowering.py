@@ -69,9 +69,9 @@ class OffloadingPartitioner(RematPartitioner):
         self.forward_gaps = forward_gaps
         self.lowered: list[tuple[Plan, torch.fx.GraphModule, torch.fx.GraphModule]] = []
 
-    def _plan(self, graph) -> Plan:
+    def _plan(self, graph, split=None, joint=None):
         base = solve(graph, "mincut-conservative")
-        return Plan.from_schedule(offloading(base.schedule(), self.forward_gaps), solver="offload-test")
+        return joint, Plan.from_schedule(offloading(base.schedule(), self.forward_gaps), solver="offload-test")
 
     def __call__(self, gm, joint_inputs, **kwargs):
         fw, bw = super().__call__(gm, joint_inputs, **kwargs)
