@@ -27,7 +27,7 @@ def test_gradients_equal_eager_under_the_search(name):
         torch._dynamo.reset()
         plans = []
         step = remat.compile(copy.deepcopy(case.model), solver="magis", budget=budget, compiler="eager",
-                             strict=True, time_limit=8, solver_options={"iterations": 12},
+                             strict=True, time_limit=4, solver_options={"iterations": 6},
                              on_plan=lambda g, p: plans.append(p))
         try:
             got = _grads(step, case.inputs)
