@@ -87,6 +87,8 @@ def test_bad_arguments_print_one_line_and_exit_2(tmp_path):
         (["--time-limit", "-1"], "time_limit -1.0 must be a number of seconds >= 0"),
         (["--solver", "checkmate"], "needs a memory budget"),
         (["--solver", "torch-mincut"], "PyTorch's own partitioner"),
+        (["--budget", "0.5", "--max-overhead", "0.1"], "not both"),
+        (["--solver", "mincut-conservative", "--max-overhead", "0.1"], "has no option 'max_overhead'"),
     ]
     for args, message in cases:
         r = run_cli("plan", str(path), *args)

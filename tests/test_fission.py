@@ -156,3 +156,22 @@ def test_the_search_is_deterministic_and_its_plan_replays_within_the_budget():
     assert a.feasible and a.peak_bytes <= budget
     assert simulate(a.schedule()).peak_bytes == a.peak_bytes  # replays on its own graph
     assert a.details["fissions"], "this graph needs fission to fit 0.7 of its peak"
+
+
+def test_a_plan_with_fissions_goes_through_its_json_and_back():
+    """The plan's JSON carries its fissions; read back against the graph it was made for, it
+    splits that graph again and replays to the same peak."""
+    import json
+
+    from remat.plans.plan import Plan
+
+    g = mlp_graph()
+    ref = simulate(reference_schedule(g))
+    budget = int(ref.constant_bytes + 0.7 * (ref.peak_bytes - ref.constant_bytes))
+    p = solve(g, "magis", budget=budget, time_limit=None, iterations=30)
+    d = json.loads(p.to_json())
+    assert d["details"]["fissions"] == p.details["fissions"] and d["details"]["fissions"]
+    q = Plan.from_dict(d, graph=g)
+    assert q.graph.meta["fissions"] == p.details["fissions"]
+    assert simulate(q.schedule()).peak_bytes == p.peak_bytes
+    assert "split in" in q.summary()
