@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 
 from .errors import (BudgetError, GraphError, InfeasibleBudgetError, OptionError, PlanError,
-                     RematBudgetWarning, RematCacheWarning, RematError, RematFallbackWarning,
+                     RematBudgetWarning, RematCacheWarning, RematError, RematFallbackWarning, RematOffloadWarning,
                      UnsupportedGraphError)
 from .graph import Graph, Node, load_graph, save_graph
 from .plans import Decision, Plan, SavedValue, Schedule
@@ -56,4 +56,4 @@ _register()
 __all__ = ["Graph", "Node", "Plan", "Decision", "SavedValue", "Schedule", "load_graph", "save_graph",
            "solve", "compile", "plan", "plan_all", "RematError", "GraphError", "PlanError",
            "UnsupportedGraphError", "OptionError", "BudgetError", "InfeasibleBudgetError",
-           "RematFallbackWarning", "RematCacheWarning", "RematBudgetWarning"]
+           "RematFallbackWarning", "RematCacheWarning", "RematBudgetWarning", "RematOffloadWarning"]

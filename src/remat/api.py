@@ -21,7 +21,8 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
             time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
             compiler: str = "inductor", solver_options: Mapping[str, Any] | None = None,
             on_plan: Callable | None = None, cache: bool = True, verbose: bool = False,
-            outputs: str = "kept", max_overhead: float | None = None, fullgraph: bool = False,
+            outputs: str = "kept", max_overhead: float | None = None, offload: bool = True,
+            bandwidth: float | None = None, fullgraph: bool = False,
             dynamic: bool | None = None, mode: str | None = None, options: dict | None = None,
             disable: bool = False, **unknown: Any):
     """``torch.compile`` with remat choosing, for every graph of the training step, what the
@@ -72,6 +73,14 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       prediction), by MAGIS's search over fission, recomputation and swapping
       (:func:`remat.solvers.search.magis`; ``solver`` ``"auto"`` or ``"magis"``).
 
+    - ``offload``: let plans offload saved values to host memory (default True) where the
+      copies are known to work on this torch and device (on CUDA: PyTorch's ``ao`` copy ops
+      with the schemas remat lowers to; :func:`remat.lower.offload.offload_support`). Where
+      they are not, remat plans without offloading and warns once (``strict=True`` raises if
+      the solver asked for can only offload). ``False``: never offload.
+    - ``bandwidth``: bytes/s of the host link the plans assume; default: measured once per
+      device (pinned buffers, both directions) and cached beside the plan cache.
+
     ``fullgraph``, ``dynamic``, ``mode``, ``options`` (inductor's config) and ``disable`` are
     ``torch.compile``'s. Any other keyword is an error that lists these.
     """
@@ -82,7 +91,8 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
                               compiler=compiler,
                               solver_options=_with_overhead(solver_options, max_overhead, budget),
-                              on_plan=on_plan, cache=cache, verbose=verbose, outputs=outputs)
+                              on_plan=on_plan, cache=cache, verbose=verbose, outputs=outputs,
+                              offload=offload, bandwidth=bandwidth)
     return _compiled(model, settings, options=options, mode=mode, fullgraph=fullgraph, dynamic=dynamic,
                      disable=disable)
 

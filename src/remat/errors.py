@@ -69,3 +69,9 @@ class RematCacheWarning(UserWarning):
 class RematBudgetWarning(UserWarning):
     """A graph of a multi-graph step could not meet its share of the step's budget: it runs
     at its least memory and the graphs after it get less (:mod:`remat.plans.step`)."""
+
+
+class RematOffloadWarning(UserWarning):
+    """remat plans a step without offloading where offloading was asked for: this torch's
+    copy ops cannot run the lowering on the device (:func:`remat.lower.offload.offload_support`),
+    or the host link could not be measured."""

@@ -35,14 +35,54 @@ try:  # registers ao::offload, ao::reload and ao::wait_tensor (recent torch only
 except ImportError:  # pragma: no cover - depends on the torch version
     _ao_ops = None
 
+AO_SCHEMAS = {
+    "offload": ("tensor",),
+    "reload": ("tensor", "device", "original_size", "original_stride"),
+    "wait_tensor": ("tensor", "keepalive", "last_use_of_storage"),
+}
+"""The arguments remat's lowering passes to each ``torch.ops.ao`` op, by name: a torch whose
+ops lack one of them (torch 2.10-2.12 have none of the ops; early versions of them had no
+4-argument ``reload`` and no ``last_use_of_storage``) cannot run the lowering."""
 
-def _has_ao() -> bool:
-    ns = torch.ops.ao
-    return all(hasattr(ns, op) for op in ("offload", "reload", "wait_tensor"))
+
+def ao_problem(ns=None) -> str | None:
+    """Why this torch's ``ao`` ops (``ns``: ``torch.ops.ao``) cannot run remat's lowering (a
+    missing op or argument), or None when their schemas have every argument
+    :data:`AO_SCHEMAS` names."""
+    ns = torch.ops.ao if ns is None else ns
+    for op, wanted in AO_SCHEMAS.items():
+        try:
+            schema = getattr(ns, op).default._schema
+        except (AttributeError, RuntimeError):
+            return f"torch {torch.__version__} has no torch.ops.ao.{op}"
+        have = [a.name for a in schema.arguments]
+        missing = [w for w in wanted if w not in have]
+        if missing:
+            return (f"torch {torch.__version__}'s torch.ops.ao.{op} has no argument "
+                    f"{', '.join(missing)} ({schema})")
+    return None
 
 
-HAS_AO = _has_ao()
-"""Whether this torch has ``torch.ops.ao.offload`` / ``reload`` / ``wait_tensor``."""
+HAS_AO = ao_problem() is None
+"""Whether this torch's ``ao`` ops have the schemas remat lowers to (:func:`ao_problem`)."""
+
+
+def offload_support(device_type: str) -> tuple[bool, str]:
+    """Whether remat can lower offloads for values on ``device_type``, and how (or why not):
+    remat's synchronous copies on a CPU, PyTorch's ``ao`` ops where their schemas match
+    (:func:`ao_problem`) elsewhere."""
+    if device_type == "cpu" and not ASYNC_ON_CPU:
+        return True, "remat's synchronous host copies (CPU)"
+    problem = ao_problem()
+    if problem is not None:
+        return False, (f"{problem}: offloading on {device_type} lowers to PyTorch's async copy ops "
+                       f"ao.offload/ao.reload/ao.wait_tensor, so plans do not offload here")
+    return True, "PyTorch's ao copy ops on a transfer stream"
+
+
+ASYNC_ON_CPU = False
+"""Lower CPU offloads with the ``ao`` ops too (set by :func:`remat.bench.ao_standin.install`,
+which runs them on a CPU)."""
 
 
 # -- remat's ops: synchronous copies (CPU) ---------------------------------------------------
@@ -130,27 +170,32 @@ class HostCopies:
 
 class AsyncCopies(HostCopies):
     """PyTorch's ``ao`` ops: copies on a transfer stream, waits on the compute stream only
-    (see the module docstring). Written for CUDA; the tests on CPU check where its nodes go
-    but cannot run them."""
+    (see the module docstring).
+
+    Every wait names the copy's source as ``last_use_of_storage``, never as ``keepalive``:
+    a ``keepalive`` wait frees the source's storage itself (``resize_(0)``), which inductor
+    does not know, so a kernel it places after the wait could write into that freed buffer
+    (on a CPU with the ops' stream parts stubbed, ``buf5 = buf0; del buf0  # reuse`` after
+    ``wait_tensor(buf2, buf0)`` segfaulted). With ``last_use_of_storage`` the wait is the
+    source's last reader as inductor sees it, and inductor frees it after the wait, once the
+    compute stream has waited for the copy."""
 
     def __init__(self) -> None:
-        if not HAS_AO:
+        problem = ao_problem()
+        if problem is not None:
             raise RematError(
                 f"offloading on an accelerator lowers to torch.ops.ao.offload, ao.reload and "
-                f"ao.wait_tensor (torch._functorch._activation_offloading.offload_ops), which torch "
-                f"{torch.__version__} does not have; use a torch release that has them, or a plan "
-                f"without offload statements")
+                f"ao.wait_tensor (torch._functorch._activation_offloading.offload_ops), and {problem}; "
+                f"use a torch release that has them, or plan without offloading (offload=False)")
         ao = torch.ops.ao
         self.OFFLOAD, self.RELOAD, self.WAIT = ao.offload.default, ao.reload.default, ao.wait_tensor.default
-        self.waits: list[tuple[fx.Node, fx.Node, str]] = []  # (wait, its keepalive, kind)
 
     def host_val(self, val: torch.Tensor) -> torch.Tensor:
         return torch.empty(val.shape, dtype=val.dtype, device="cpu")  # ao.offload's host copy is contiguous
 
     def offloaded(self, graph, host, value):
-        wait = _call(graph, self.WAIT, (host, value), host.meta["val"], f"{host.name}_done")
-        self.waits.append((wait, value, "offload"))
-        return wait
+        return _call(graph, self.WAIT, (host,), host.meta["val"], f"{host.name}_done",
+                     {"last_use_of_storage": value})
 
     def reload(self, graph, host, val, name):
         concrete = all(isinstance(v, int) for v in (*val.shape, *val.stride()))
@@ -163,46 +208,8 @@ class AsyncCopies(HostCopies):
         return _call(graph, self.RELOAD, (host, val.device, size, stride), out, f"reload_{name}")
 
     def reloaded(self, graph, pending, host):
-        wait = _call(graph, self.WAIT, (pending, host), pending.meta["val"], f"{pending.name}_done")
-        self.waits.append((wait, host, "reload"))
-        return wait
-
-    def finish(self, graph: fx.Graph) -> None:
-        """A wait's ``keepalive`` frees its source's storage. Where that storage is read after
-        the wait (an alias, a later reload of the same host copy, a module output) or belongs
-        to a module input other than a host copy, the source is passed as
-        ``last_use_of_storage`` instead: kept alive until the wait, then freed as usual."""
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        def ref(n: fx.Node):
-            val = n.meta.get("val")
-            if not isinstance(val, torch.Tensor):
-                return None
-            try:
-                return StorageWeakRef(val.untyped_storage())
-            except Exception:  # noqa: BLE001 - no storage to compare: only the node itself
-                return None
-
-        nodes = list(graph.nodes)
-        at = {n: k for k, n in enumerate(nodes)}
-        by_storage: dict = {}
-        for n in nodes:
-            r = ref(n)
-            if r is not None:
-                by_storage.setdefault(r, []).append(n)
-        waits, self.waits = self.waits, []
-        for wait, source, kind in waits:
-            if wait not in at:
-                continue
-            r = ref(source)
-            aliases = by_storage.get(r, [source]) if r is not None else [source]
-            if source not in aliases:
-                aliases = aliases + [source]
-            late = any(at.get(u, -1) > at[wait] for a in aliases for u in a.users if u is not wait)
-            foreign = kind == "offload" and any(a.op == "placeholder" for a in aliases)
-            if late or foreign:
-                wait.args = (wait.args[0],)
-                wait.kwargs = {"last_use_of_storage": source}
+        return _call(graph, self.WAIT, (pending,), pending.meta["val"], f"{pending.name}_done",
+                     {"last_use_of_storage": host})
 
 
 def _dense(size: list[int], stride: list[int]) -> bool:
@@ -221,7 +228,7 @@ def _dense(size: list[int], stride: list[int]) -> bool:
 def copies_for(values: list[fx.Node]) -> HostCopies:
     """The ops that offload ``values``: remat's on the CPU, PyTorch's ``ao`` ops elsewhere."""
     devices = {_val(v).device.type for v in values}
-    if devices <= {"cpu"}:
+    if not values or devices <= {"cpu"} and not ASYNC_ON_CPU:  # nothing to copy, or remat's CPU copies
         return HostCopies()
     return AsyncCopies()
 

@@ -41,6 +41,12 @@ class Options:
     cache: bool = True
     verbose: bool = False
     outputs: str = "kept"
+    offload: bool = True
+    """Let plans offload saved values to host memory where the copies are known to work on
+    this torch and device (:func:`remat.lower.offload.offload_support`); False: never."""
+    bandwidth: float | None = None
+    """Bytes/s of the host link the plans assume, overriding the one measured for the device
+    (:mod:`remat.capture.link`)."""
     plans_for: str | None = None
     """The compiler the plans are made for, where it is not the one that runs: ``remat.plan``
     runs ``eager`` to capture without codegen but plans for ``inductor`` (fused memory), as
@@ -76,17 +82,25 @@ class Options:
             raise OptionError(f"outputs must be 'kept' (the caller holds the step's outputs through "
                               f"the backward) or 'dropped' (it drops them when the forward returns, as "
                               f"model(x).loss.backward() does), not {o.outputs!r}")
+        if not isinstance(o.offload, bool):
+            raise OptionError(f"offload must be True (offload where the copies work on this torch and "
+                              f"device) or False (never offload), not {o.offload!r}")
+        if o.bandwidth is not None and (isinstance(o.bandwidth, bool) or not isinstance(o.bandwidth, (int, float))
+                                        or not o.bandwidth > 0):
+            raise OptionError(f"bandwidth must be the host link's bytes per second (25e9), not {o.bandwidth!r}")
         check_options(o.solver, dict(o.solver_options), budget)
         return cls(o.solver, budget, check_time_limit(o.time_limit), o.strict, o.compiler,
-                   dict(o.solver_options), o.on_plan, o.cache, o.verbose, o.outputs)
+                   dict(o.solver_options), o.on_plan, o.cache, o.verbose, o.outputs, o.offload,
+                   None if o.bandwidth is None else float(o.bandwidth))
 
     def key(self) -> str:
         """What decides the plans (the callback does not): for compile caches."""
         opts = sorted(self.solver_options.items())
         budget = None if self.budget is None else (self.budget.kind, self.budget.value)
         return (f"{self.solver}|{budget}|{self.time_limit}|{self.strict}|{opts}|cache={self.cache}"
-                f"|for={self.planned_compiler}|outputs={self.outputs}")
+                f"|for={self.planned_compiler}|outputs={self.outputs}|offload={self.offload}"
+                f"|bandwidth={self.bandwidth}")
 
 
 NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan", "cache",
-         "verbose", "outputs")
+         "verbose", "outputs", "offload", "bandwidth")

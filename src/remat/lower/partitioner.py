@@ -26,7 +26,7 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from ..capture import joint as tc
 from ..capture.to_graph import graph_from_joint
 from ..errors import (InfeasibleBudgetError, PlanError, RematBudgetWarning, RematError,
-                      RematFallbackWarning, UnsupportedGraphError)
+                      RematFallbackWarning, RematOffloadWarning, UnsupportedGraphError)
 from ..cost.model import constant_bytes, default_cost_model
 from ..plans.budget import REFERENCE_SAVED, TORCH_HEADROOM, format_bytes
 from ..plans.step import StepBudget
@@ -38,8 +38,11 @@ from ..solvers.progress import shown
 from ..solvers.mincut import cut_cost
 from ..graph.fission import Fission
 from ..plans.schedule import Schedule
+from ..capture.link import link_for_device
+from ..cost.transfer import offload_allowed
 from .fission import fission_joint
 from .fx import lower
+from .offload import offload_support
 from .options import Options
 
 TORCH_PARTITIONERS: dict[str, Callable] = {"torch-mincut": tc.torch_mincut, "no-recompute": tc.no_recompute}
@@ -139,7 +142,29 @@ class RematPartitioner(CustomPartitionerFn):
             graph.meta[REFERENCE_SAVED] = [s for s in reference if s in graph]
         if self.options.outputs == "dropped":
             graph.meta["outputs"] = "dropped"  # the caller drops them as the forward returns
+        self._copies(graph)
         return graph
+
+    def _copies(self, graph) -> None:
+        """What offloading plans of ``graph`` may do: ``meta["offload"]`` (whether they may
+        offload, and why: the ``offload`` option and :func:`remat.lower.offload.offload_support`
+        for the graph's device) and the host link they plan with, ``meta["device"]["link"]``:
+        the ``bandwidth`` option, else the link measured once for the device
+        (:func:`remat.capture.link.link_for_device`)."""
+        o = self.options
+        device = graph.meta.setdefault("device", {"type": "cpu"})
+        kind = device.get("type", "cpu")
+        works, how = offload_support(kind)
+        if not o.offload:
+            graph.meta["offload"] = {"allowed": False, "reason": "offload=False"}
+        else:
+            graph.meta["offload"] = {"allowed": works, "reason": how}
+        if o.bandwidth is not None:
+            device["link"] = {"bandwidth": o.bandwidth, "source": "given"}
+        elif kind == "cuda" and works:
+            link = _measured_link(kind)
+            if link is not None:
+                device["link"] = link
 
     def _plan(self, graph, split=None, joint=None):
         """Plan ``graph`` within its share of the step's budget (:mod:`remat.plans.step`).
@@ -157,11 +182,13 @@ class RematPartitioner(CustomPartitionerFn):
         else:
             budget, headroom = max(1, share), TORCH_HEADROOM if o.budget.kind == "bytes" else 0.0
 
+        solver, options = self._solver_for(graph, options)
+
         def solve_within(budget, headroom):
             shows = shown(f"remat: planning {graph.name} ({len(graph)} nodes)") if o.verbose \
                 else contextlib.nullcontext()
             with shows:
-                return cached_solve(graph, o.solver, budget=budget, time_limit=o.time_limit,
+                return cached_solve(graph, solver, budget=budget, time_limit=o.time_limit,
                                     headroom=headroom, cache=o.cache, **options)
 
         try:
@@ -194,6 +221,21 @@ class RematPartitioner(CustomPartitionerFn):
         step.planned(graph, plan.saved_activation_bytes, plan.peak_bytes)
         self._warn_if_staged(graph)
         return joint, plan
+
+    def _solver_for(self, graph, options: dict) -> tuple[str, dict]:
+        """The solver asked for and its options, or ``auto`` where that solver offloads by
+        design and plans of ``graph`` may not offload (with one warning; strict mode raises
+        instead)."""
+        solver = self.options.solver
+        allowed, why = offload_allowed(graph)
+        if allowed or solver not in OFFLOADING_SOLVERS:
+            return solver, options
+        if self.options.strict:
+            raise RematError(f"solver {solver!r} offloads, and this step may not: {why} "
+                             "(strict=True: no fallback; use another solver or offload=True)")
+        _warn_once(f"solver {solver!r} offloads, and this step may not ({why}); remat plans it "
+                   "with 'auto', without offloading, instead", RematOffloadWarning)
+        return "auto", {k: v for k, v in options.items() if k in info("auto").options}
 
     def _split(self, joint, plan: Plan, reference, num_fwd_outputs: int, static):
         """The joint graph with the plan's fissions unrolled (:mod:`remat.lower.fission`),
@@ -249,10 +291,27 @@ class RematPartitioner(CustomPartitionerFn):
         return fw, bw
 
 
-def _warn_once(text: str) -> None:
+def _warn_once(text: str, category: type[Warning] = RematFallbackWarning) -> None:
     if text not in _warned:
         _warned.add(text)
-        warnings.warn(text, RematFallbackWarning, stacklevel=3)
+        warnings.warn(text, category, stacklevel=3)
+
+
+OFFLOADING_SOLVERS = ("swap", "swap-recompute")
+"""Solvers that offload by design (auto and magis offload only where plans may)."""
+
+
+@functools.cache
+def _measured_link(kind: str) -> dict | None:
+    """The link of this process's current ``kind`` device, measured once per process (and
+    once per device and torch version across runs: :func:`remat.capture.link.link_for_device`);
+    None where it cannot be measured."""
+    try:
+        return link_for_device(kind)
+    except Exception as e:  # noqa: BLE001 - planning goes on with the assumed link
+        _warn_once(f"remat could not measure the host link of {kind} ({type(e).__name__}: {e}); "
+                   "offloading plans assume one", RematOffloadWarning)
+        return None
 
 
 class _CacheKey(str):

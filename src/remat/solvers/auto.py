@@ -39,7 +39,7 @@ import time
 from typing import Callable
 
 from ..cost.model import CostModel, default_cost_model
-from ..cost.transfer import link_for_graph
+from ..cost.transfer import link_for_graph, offload_allowed
 from ..errors import OptionError, RematError
 from ..graph.graph import Graph
 from ..plans.budget import reference_saved, reference_schedule
@@ -54,7 +54,7 @@ from .mincut import mincut
 from .mincut.frontier import frontier
 from .progress import report
 from .search import AUTO_SEARCH_SECONDS, has_dimensions, magis, refine
-from .swap import swap_down
+from .swap import refuse_without_offloading, swap_down
 
 AUTO_BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-sqrtn-linearized", "chen-greedy",
                   "griewank", "chen-greedy-linearized")
@@ -183,7 +183,7 @@ def _swapped(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit:
     not offload there (the ``swap`` solvers still do when asked by name)."""
     link = link_for_graph(g, cm)
     valid = [p for p in plans if p.sim is not None and p.sim.valid]
-    if not link.asynchronous or not valid or clock.expired():
+    if not link.asynchronous or not offload_allowed(g)[0] or not valid or clock.expired():
         return
     fits = [p for p in valid if p.feasible]
     starts = {id(p): p for p in ([min(fits, key=_speed)] if fits and not least else [])
@@ -274,6 +274,7 @@ def swap_recompute(g: Graph, *, budget: float | None = None, cost_model: CostMod
     simulator's two streams (a recomputation costs compute, a swap only what compute waits
     for it). Below the least memory recomputation reaches, swapping that plan's idle values
     goes lower. ``bandwidth``: bytes/s of the host link."""
+    refuse_without_offloading(g, "swap-recompute")
     cm = cost_model or default_cost_model(g)
     link = link_for_graph(g, cm, bandwidth=bandwidth)
     clock = Deadline(time_limit)

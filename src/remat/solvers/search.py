@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..cost.model import CostModel, default_cost_model
-from ..cost.transfer import Link, link_for_graph
+from ..cost.transfer import Link, link_for_graph, offload_allowed
 from ..errors import OptionError, PlanError, RematError
 from ..graph.fission import Fission
 from ..graph.graph import Graph
@@ -261,7 +261,7 @@ def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None
         objective = Objective(seconds=reference.predicted_seconds * (1 + overhead))
     report(f"{g.name}: starting plans for the search")
     half = clock.left() / 2 if clock.limit is not None else None
-    base = _auto(g, budget if budget is not None else 0, cm, half, swapping=link.asynchronous)
+    base = _auto(g, budget if budget is not None else 0, cm, half, swapping=_swaps(link, g))
     left = clock.left()
     own = Deadline(SEARCH_SECONDS if left is None else min(left, SEARCH_SECONDS))
     plan = _search(g, base, objective, cm, link, own, iterations, fission)
@@ -290,6 +290,12 @@ def has_dimensions(g: Graph) -> bool:
     return any("dims" in n.meta for n in g.nodes)
 
 
+def _swaps(link: Link, g: Graph) -> bool:
+    """Whether the search swaps: copies run beside compute and plans of ``g`` may offload
+    (:func:`remat.cost.transfer.offload_allowed`)."""
+    return link.asynchronous and offload_allowed(g)[0]
+
+
 def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Link, clock: Deadline,
             iterations: int | None, fission: bool) -> Plan:
     """Algorithm 3 from ``base`` and the step without recomputation; ``base`` when the search
@@ -298,7 +304,7 @@ def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Lin
     ref = reference_saved(g)
     if ref is not None:
         saved_sets.append(("no-recompute", ref))
-    search = Search(g, objective, cm, link, swapping=link.asynchronous, levels=LEVELS if fission else 0)
+    search = Search(g, objective, cm, link, swapping=_swaps(link, g), levels=LEVELS if fission else 0)
     starts = search.start(saved_sets)
     if not starts:
         return base

@@ -16,7 +16,8 @@ from __future__ import annotations
 import time
 
 from ..cost.model import CostModel, default_cost_model
-from ..cost.transfer import Link, link_for_graph
+from ..cost.transfer import Link, link_for_graph, offload_allowed
+from ..errors import RematError
 from ..graph.graph import Graph
 from ..plans.budget import reference_schedule
 from ..plans.plan import Plan
@@ -29,9 +30,18 @@ from .deadline import Deadline
 from .progress import report
 
 
+def refuse_without_offloading(g: Graph, solver: str) -> None:
+    """Raise :class:`~remat.errors.RematError` when plans of ``g`` may not offload
+    (:func:`remat.cost.transfer.offload_allowed`): ``solver`` offloads by design."""
+    allowed, why = offload_allowed(g)
+    if not allowed:
+        raise RematError(f"solver {solver!r} offloads, and plans of {g.name!r} may not: {why}")
+
+
 def swap_only(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
               time_limit: float | None = None, bandwidth: float | None = None) -> Plan:
     """The step without recomputation, swapped down to ``budget`` (0: as low as it goes)."""
+    refuse_without_offloading(g, "swap")
     cm = cost_model or default_cost_model(g)
     link = link_for_graph(g, cm, bandwidth=bandwidth)
     t0 = time.perf_counter()

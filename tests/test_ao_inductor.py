@@ -1,0 +1,125 @@
+"""Offloading that is safe where it runs (issue 28): PyTorch's real ``ao`` copy ops under
+inductor, what remat does where a torch lacks them, and ``auto`` offloading only where it may.
+
+The inductor tests run ``tests/ao_worker.py`` in a subprocess: the ``ao`` ops' stream, event and
+pinned-memory parts are CPU stand-ins (``remat.bench.ao_standin``), the rest of the ops is
+PyTorch's. Before remat's waits named their source as ``last_use_of_storage``, each of these
+cases crashed (exit -11: inductor reused the buffer the wait had freed).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import remat
+from remat import zoo
+from remat.lower import offload as lowering
+from remat.lower.offload import AO_SCHEMAS, ao_problem, offload_support
+
+WORKER = Path(__file__).with_name("ao_worker.py")
+
+
+def _worker(*args: str, timeout: float = 600) -> dict:
+    r = subprocess.run([sys.executable, str(WORKER), *args], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"the step crashed (exit {r.returncode}): {r.stderr[-3000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _assert_eager_gradients(out: dict) -> None:
+    assert "error" not in out, out["error"]
+    assert out["loss"] == pytest.approx(out["want_loss"], rel=1e-5)
+    assert out["grads"] > 0 and out["max_err"] < 1e-4
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("case,budget", [("mlp", "min"), ("cnn-batchnorm", "0.8"), ("unet", "0.8")])
+def test_real_ao_ops_under_inductor_give_eager_gradients(case, budget):
+    """remat.compile with the swap solver, lowered to PyTorch's ``ao`` ops and compiled by
+    inductor: no crash, gradients equal eager, every transfer waited for, nothing fell back."""
+    out = _worker(case, budget, "inductor", "--strict")
+    _assert_eager_gradients(out)
+    assert out["pending"] == 0, "an ao.offload or ao.reload was never waited for"
+    assert out["plans"] and all(p["solver"] == "swap" and p["offloads"] > 0 for p in out["plans"]), out["plans"]
+    assert not out["warnings"]
+
+
+def test_without_the_ao_ops_swap_plans_without_offloading_and_warns():
+    """Where the ``ao`` ops are missing (torch 2.10-2.12), a plan that would offload is made
+    without offloading, with one warning naming why; strict mode raises instead."""
+    out = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao")
+    _assert_eager_gradients(out)
+    assert out["plans"] and all(p["offloads"] == 0 for p in out["plans"])
+    assert len(out["warnings"]) == 1 and out["warnings"][0].startswith("RematOffloadWarning")
+    assert "no torch.ops.ao.offload" in out["warnings"][0]
+    strict = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao", "--strict")
+    assert "RematError" in strict["error"] and "strict=True" in strict["error"]
+    assert not strict["plans"]
+
+
+def test_ao_schemas_are_checked_not_names():
+    """An ``ao`` namespace whose ops exist but lack an argument remat passes is refused, naming
+    the argument; this torch's ops pass."""
+    assert ao_problem() is None and lowering.HAS_AO
+
+    def op(*names):
+        args = [SimpleNamespace(name=n) for n in names]
+        return SimpleNamespace(default=SimpleNamespace(_schema=SimpleNamespace(arguments=args)))
+
+    full = {k: op(*v) for k, v in AO_SCHEMAS.items()}
+    assert ao_problem(SimpleNamespace(**full)) is None
+    old_wait = SimpleNamespace(**{**full, "wait_tensor": op("tensor", "keepalive")})
+    assert "last_use_of_storage" in ao_problem(old_wait)
+    old_reload = SimpleNamespace(**{**full, "reload": op("tensor", "device")})
+    assert "original_size" in ao_problem(old_reload)
+    assert "no torch.ops.ao.offload" in ao_problem(SimpleNamespace(reload=full["reload"]))
+    assert offload_support("cpu")[0]  # remat's own synchronous copies
+
+
+@pytest.fixture(scope="module")
+def resnet_graph():
+    c = zoo.build("resnet18", "tiny")
+    (plan,) = remat.plan_all(c.model, *c.inputs, solver="auto", cache=False, for_compiler="eager")
+    return plan.graph
+
+
+def _on_h100(g, allowed: bool, reason: str = ""):
+    meta = {**g.meta, "device": {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "dtype": "float32"},
+            "offload": {"allowed": allowed, "reason": reason}}
+    return remat.Graph(g.nodes, name=g.name, meta=meta)
+
+
+def test_auto_offloads_only_where_plans_may(resnet_graph):
+    """On an H100-tagged graph auto swaps where copies work, and not at all where they do not;
+    the swap solvers refuse such a graph, naming why."""
+    free = remat.solve(_on_h100(resnet_graph, True), "auto", budget=0.8, time_limit=10)
+    barred = remat.solve(_on_h100(resnet_graph, False, "no ao ops"), "auto", budget=0.8, time_limit=10)
+    assert free.schedule() is not None and barred.schedule() is not None
+    assert sum(s.op == "offload" for s in free.schedule().statements) > 0, "nothing to check: auto never swaps"
+    assert sum(s.op == "offload" for s in barred.schedule().statements) == 0
+    with pytest.raises(remat.RematError, match="no ao ops"):
+        remat.solve(_on_h100(resnet_graph, False, "no ao ops"), "swap", budget=0.8)
+
+
+def test_offload_false_marks_every_graph_and_the_plan_offloads_nothing():
+    torch.manual_seed(0)
+    from remat.zoo.cnn import ConvBN
+    model, x = ConvBN(), torch.randn(4, 3, 16, 16)
+    plans = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = remat.compile(model, solver="swap", budget=0.8, compiler="eager", cache=False, offload=False,
+                             on_plan=lambda g, p: plans.append(p))
+        step(x).pow(2).mean().backward()
+    assert plans and all(p.graph.meta["offload"] == {"allowed": False, "reason": "offload=False"} for p in plans)
+    assert all(s.op != "offload" for p in plans for s in p.schedule().statements)
+    assert [w for w in caught if w.category is remat.RematOffloadWarning]
+    with pytest.raises(remat.OptionError, match="offload must be"):
+        remat.compile(model, offload="yes")
