@@ -207,9 +207,10 @@ class _AoOnCpu(_SeededInterpreter):
 @pytest.mark.parametrize("name,forward_gaps", [("cnn-batchnorm", 0), ("unet", 3)])
 def test_cuda_lowering_places_ao_ops_as_the_schedule_says(name, forward_gaps, monkeypatch):
     """The CUDA lowering (PyTorch's ``ao`` ops) on the CPU, its ops run by a stand-in: the
-    gradients are eager's, every ``ao.offload`` / ``ao.reload`` has exactly one wait, a
-    reload's wait comes right before its first reader, and the forward hands the backward the
-    waited host copies."""
+    gradients are eager's, every ``ao.offload`` / ``ao.reload`` has exactly one wait, which
+    names the copy's source as ``last_use_of_storage`` (never ``keepalive``, whose free inductor
+    cannot see), a reload's wait comes right before its first reader, and the forward hands the
+    backward the waited host copies."""
     monkeypatch.setattr(backend_module, "_SeededInterpreter", _AoOnCpu)
     monkeypatch.setattr(partitioner_module, "lower", lambda j, p: lower(j, p, copies=AsyncCopies()))
     model, inputs, loss_fn = _case(name)
@@ -220,7 +221,7 @@ def test_cuda_lowering_places_ao_ops_as_the_schedule_says(name, forward_gaps, mo
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     ao = torch.ops.ao
-    keepalives = 0
+    n_waits = 0
     for plan, fw, bw in part.lowered:
         offloads = sum(1 for s in plan.schedule().statements if s.op == "offload")
         assert sum(1 for m in (fw, bw) for n in m.graph.nodes if n.target is ao.offload.default) == offloads
@@ -235,13 +236,15 @@ def test_cuda_lowering_places_ao_ops_as_the_schedule_says(name, forward_gaps, mo
                     later = nodes[nodes.index(wait) + 1:]
                     first = next(u for u in later if u.target is not ao.wait_tensor.default)
                     assert first in wait.users or first.op == "output", f"{wait.name} is not waited for where read"
-                if n.target is ao.wait_tensor.default:
-                    keepalives += len(n.args) > 1
+                if n.target is ao.wait_tensor.default:  # inductor sees the source's last use
+                    assert len(n.args) == 1 and "keepalive" not in n.kwargs, n.format_node()
+                    assert isinstance(n.kwargs.get("last_use_of_storage"), torch.fx.Node), n.format_node()
+                    n_waits += 1
         out = fw.graph.find_nodes(op="output")[0].args[0]
         for n in out:
             if isinstance(n, torch.fx.Node) and n.target is ao.offload.default:
                 raise AssertionError(f"forward returns {n.name} before waiting for it")
-    assert keepalives > 0  # some waits free their source's storage
+    assert n_waits > 0
 
 
 @pytest.mark.skipif("swap" not in solver_names(), reason="no swap solver registered")
