@@ -71,10 +71,15 @@ def test_offloading_f0_lowers_the_peak_by_its_bytes_once_the_copy_is_done():
     assert r.host_peak_bytes == 100
 
 
-def test_a_free_waits_for_its_offload_to_finish_so_a_slow_copy_saves_nothing():
-    # the copy takes 10 units, longer than the forward: f0's device memory is still held at the peak
+def test_compute_stalls_at_the_free_until_a_slow_offload_is_done():
+    """As the lowering runs it (its ao.wait_tensor at the free): the copy of f0 takes 10 units
+    from t=1; compute reaches f0's free at t=2 and waits there until t=11, then f0's memory
+    goes. The reload before b1 starts at t=15 and ends at t=25; b1 and b0 end at 27."""
     r = simulate(Schedule.from_list(chain(), swapped()), link=Link(10.0))
-    assert r.valid and r.peak_bytes == 700
+    assert r.valid and r.peak_bytes == 600
+    assert r.predicted_seconds == pytest.approx(27.0) and r.wait_seconds == pytest.approx(19.0)
+    stall = [(a, b) for kind, a, b in r.times if kind == "wait"]
+    assert stall == [(pytest.approx(2.0), pytest.approx(11.0))]
 
 
 def test_compute_waits_for_a_reload_placed_right_before_its_reader():

@@ -25,7 +25,7 @@ from enum import Enum
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..cost.model import CostModel, default_cost_model
-from ..cost.transfer import Link
+from ..cost.transfer import Link, link_for_graph
 from ..errors import PlanError
 from ..graph.graph import Graph
 from .budget import format_bytes
@@ -340,7 +340,13 @@ class Plan:
             sim = self.sim
             copies = "" if sim is None else (f" ({sim.offloads} offloads, {sim.reloads} reloads; compute "
                                              f"waits {sim.wait_seconds:.3g} of {sim.predicted_seconds:.3g})")
-            lines.append(f"  offloaded to host memory: {len(off)} values{copies}")
+            link = self.link or (link_for_graph(self.graph) if self.graph is not None else None)
+            timed = bool((self.graph.meta or {}).get("device")) if self.graph is not None else True
+            rate = "" if link is None else (f"{link.bandwidth / 1e9:.3g} GB/s" if timed
+                                            else f"{link.bandwidth:.3g} bytes per cost unit")
+            over = "" if link is None else f", over a {rate} link ({link.source})"
+            lines.append(f"  offloaded to host memory: {len(off)} values{copies}{over}")
+            lines += [f"    {line}" for line in offload_reasons(self)[:limit]]
         for f in self.details.get("fissions", []):
             axes = sorted(set(f["axis"].values()))
             outs = ", ".join(list(f["outputs"])[:4]) + (", ..." if len(f["outputs"]) > 4 else "")
@@ -370,6 +376,37 @@ class Plan:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def offload_reasons(plan: "Plan") -> list[str]:
+    """Why each value ``plan`` offloads is worth it, one line a value, from the simulator's
+    two-stream times: its bytes, how long it stays off the device (from its free to its
+    reload), whether the step's peak falls in that time, and what its copies cost compute
+    (hidden behind compute, or the wait at its free and before its reader). Empty without a
+    judged schedule."""
+    sim, g = plan.sim, plan.graph
+    if sim is None or g is None or plan.statements is None or len(sim.times) < len(plan.statements):
+        return []
+    _ms = _in_ms if (g.meta or {}).get("device") else (lambda t: f"{t:.3g} cost units")
+    st = plan.statements
+    out = []
+    for k, s in enumerate(st):
+        if s.op != "offload":
+            continue
+        free = next((j for j in range(k + 1, len(st)) if st[j].op == "free" and st[j].node == s.node), None)
+        back = next((j for j in range(k + 1, len(st)) if st[j].op == "reload" and st[j].node == s.node), None)
+        if free is None:
+            continue
+        t_free = sim.times[free][2]
+        t_back = sim.times[back][1] if back is not None else sim.times[-1][2]
+        at_peak = free < sim.peak_statement and (back is None or sim.peak_statement < back)
+        stall = sim.times[free][2] - sim.times[free][1] if sim.times[free][0] == "wait" else 0.0
+        copy = sim.times[k][2] - sim.times[k][1]
+        cost = f"waits {_ms(stall)} at its free" if stall > 0 else "its copy hidden behind compute"
+        out.append(f"{s.node}: {format_bytes(g[s.node].bytes)} off the device for {_ms(max(0.0, t_back - t_free))} "
+                   f"(statements {free}-{back if back is not None else len(st)})"
+                   + (", over the peak" if at_peak else "") + f"; copy {_ms(copy)} each way, {cost}")
+    return out
 
 
 class _Deferred(Sequence):
@@ -404,6 +441,10 @@ def _saved_value(node) -> SavedValue:
     module = node.meta.get("module") if node.meta else None
     return SavedValue(node.name, node.shape, node.dtype, node.bytes,
                       node.role if node.is_primal else "activation", module)
+
+
+def _in_ms(s: float) -> str:
+    return f"{s * 1e3:.3g} ms"
 
 
 def _seconds(s: float) -> str:

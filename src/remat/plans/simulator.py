@@ -342,17 +342,20 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     (see below): for a partition inductor compiles in its own order. ``link``: the host link
     offloads and reloads use (:func:`remat.cost.transfer.link_for_graph` by default).
 
-    **Two streams** (seeds/004 Section 6.2, MAGIS's simulator): computes run one after another
-    on the compute stream, each taking its op's additive cost (:meth:`CostModel.op_costs`) and
-    starting once the reloads it reads are done; an ``offload`` or ``reload`` runs on the copy
-    stream (on a CPU, on the one stream) for ``link.seconds(bytes)``, starting when both
-    streams have reached it in program order (PyTorch's copy stream waits for the compute
-    stream), and a reload not before its value's offload is done. An offloaded value's device
-    memory is released at its ``free`` or, if the copy is still running then, at the first
-    statement after the copy ends; a reloaded value takes device memory from the reload's
-    statement (where its buffer is allocated) to its next free. The predicted time is the
-    single-stream prediction plus ``wait_seconds``: the time compute waited for copies, and
-    copies that ran past compute's end."""
+    **Two streams** (seeds/004 Section 6.2, MAGIS's simulator), timed as the lowering runs
+    them (:mod:`remat.lower.offload`): computes run one after another on the compute stream,
+    each taking its share of the fused prediction (the traffic, FLOPs and kernel launches it
+    adds to :meth:`CostModel.seconds`: a view, or a kernel fused into its reader, takes no
+    time; on graphs with profiled costs, its cost) and starting once the reloads it reads are
+    done; an ``offload`` or ``reload`` runs on the copy stream (on a CPU, on the one stream)
+    for ``link.seconds(bytes)``, starting when both streams have reached it in program order
+    (PyTorch's copy stream waits for the compute stream), and a reload not before its value's
+    offload is done. At an offloaded value's ``free`` compute waits until its copy is done
+    (the lowering's ``ao.wait_tensor`` stands there), then its device memory is released; a
+    reloaded value takes device memory from the reload's statement (where its buffer is
+    allocated) to its next free. The predicted time is the single-stream prediction plus
+    ``wait_seconds``: the time compute waited for copies, and copies that ran past compute's
+    end."""
     g: Graph = schedule.graph
     cm = cost_model or default_cost_model(g)
     copies = any(st.op in COPIES for st in schedule.statements)
@@ -394,11 +397,11 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     n_computes = 0
     index = g._index
     # the two streams: clocks, when each resident value is ready, when its host copy is done
-    t_comp = t_copy = busy_copy = 0.0
+    t_comp = t_copy = busy_copy = busy_compute = 0.0
+    profiled = cm.uses_profiled_costs(g)
     ready = [0.0] * a.n
     off_end = [-1.0] * a.n  # -1: no host copy
     copying = [False] * a.n  # an offload reads the resident device copy (until it is freed)
-    deferred: list[tuple[float, int]] = []  # (copy end, storage): released once compute passes it
     host = host_peak = n_off = n_rel = 0
     times: list[tuple[str, float, float]] = []
 
@@ -487,8 +490,6 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
         in_group = False
 
     for k, st in enumerate(schedule.statements):
-        while deferred and deferred[0][0] <= t_comp:  # offloads done: their device copies go
-            mem -= sizes[deferred.pop(0)[1]]
         i = index.get(st.node)
         if i is None:
             err(f"statement {k}: {st} names no node of the graph")
@@ -515,10 +516,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                     why = " (offloaded: reload it first)" if off_end[missing[0]] >= 0 else ""
                     err(f"statement {k}: {st}: input {g.nodes[missing[0]].name!r} is not resident{why}")
                 start = max([t_comp] + [ready[j] for j in ins[i]])
-                t_comp = start + op_cost[i]
-                ready[i] = t_comp
-                if timeline:
-                    times.append(("compute", start, t_comp))
+                before = (flops_total, traffic_total, kernels)
                 resident[i] = True
                 computed[i] = True
                 copying[i] = False
@@ -569,6 +567,16 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                         traffic_total += raw[j]
                 flops_total += flops[i]
                 kernels += mat[i]
+                # the compute stream's clock: this statement's share of the fused prediction
+                # (:meth:`CostModel.seconds` of what it added), or its profiled cost, so a
+                # view or a kernel fused into its reader hides no copy
+                dt = op_cost[i] if profiled else cm.seconds(
+                    0.0, traffic_total - before[1], flops_total - before[0], kernels - before[2])
+                t_comp = start + dt
+                busy_compute += dt
+                ready[i] = t_comp
+                if timeline:
+                    times.append(("compute", start, t_comp))
                 if grouped and not library[i] and counted[i]:
                     in_group = True  # a kernel: until the next flush, frees wait
                 if mem + work[i] > peak:
@@ -581,6 +589,10 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
             else:
                 resident[i] = False
                 o = owner[i]
+                if copying[i] and off_end[i] > t_comp:  # the lowering waits for the copy here
+                    if timeline:
+                        times.append(("wait", t_comp, off_end[i]))
+                    t_comp = off_end[i]
                 for h in held[i]:
                     refs[h] -= 1
                     if refs[h] == 0:
@@ -589,11 +601,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 if counted[i]:
                     refs[o] -= 1
                     if refs[o] == 0:
-                        if copying[i] and off_end[i] > t_comp:  # the copy still reads it
-                            deferred.append((off_end[i], o))
-                            deferred.sort()
-                        else:
-                            drop(o)
+                        drop(o)
         elif st.op == "offload":
             if primal[i]:
                 err(f"statement {k}: {st}: inputs and parameters stay on the device")
@@ -643,12 +651,10 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     for i in missing_req[:5]:
         err(f"required node {g.nodes[i].name!r} is never computed")
     n_unique = sum(computed)
-    busy_compute = sum(op_cost[index[st.node]] for st in schedule.statements
-                       if st.op == "compute" and st.node in index) if copies else 0.0
     wait = max(t_comp, t_copy) - busy_compute if copies else 0.0
     return SimResult(
         valid=not errors, errors=errors, peak_bytes=int(peak), peak_statement=peak_at,
-        timeline=tl, constant_bytes=constant, end_bytes=int(mem + sum(sizes[o] for _, o in deferred)),
+        timeline=tl, constant_bytes=constant, end_bytes=int(mem),
         compute_cost=compute_cost, traffic_bytes=int(traffic_total),
         predicted_seconds=cm.seconds(compute_cost, traffic_total, flops_total, kernels, g) + wait,
         computes=n_computes, recomputes=n_computes - n_unique, offloads=n_off, reloads=n_rel,
