@@ -22,6 +22,7 @@ import torch
 
 from ..api import compile as remat_compile
 from ..api import plan as remat_plan
+from ..errors import RematError
 from ..plans.budget import reference_peak
 from ..solvers import solve
 from ..solvers.feasible import smallest_feasible
@@ -85,6 +86,10 @@ def budgeted_step(model: torch.nn.Module, inputs: tuple, solver: str, where: flo
     step()
     grads = [(k, p.grad, q.grad) for (k, p), q in zip(test_model.named_parameters(),
                                                       reference.parameters())]
+    if len(plans) != 1:
+        raise RematError(f"budgeted_step measures a step of one graph that remat planned; {solver} "
+                         f"planned {len(plans)} (none: remat fell back to PyTorch's partitioner, "
+                         "strict=True says why; several: graph breaks)")
     (plan,) = plans
     sim = simulate(plan.schedule())
     held = list(test_model.parameters()) + [t for t in inputs if isinstance(t, torch.Tensor)]
