@@ -1,23 +1,31 @@
 """User trial (issue 11): offloading on a model no test names, beside PyTorch's own.
 
 An MLP encoder-decoder with four long skip connections (512 x 256), written for this trial.
-PyTorch: ``torch._functorch.config.enable_activation_offloading = True`` under
-``torch.compile``, counting the transfers its ``ao`` ops register. remat:
-``remat.compile(model, solver="swap", budget=0.7)`` under inductor: the offloads its plan
-makes, and the gradients' largest difference from eager autograd. Prints one line each.
+PyTorch: ``remat.compile(model, solver="torch-offload")``, PyTorch's min cut with
+``enable_activation_offloading`` on and every saved activation marked ``should_offload`` inside
+the partitioner (left alone, torch marks nothing and copies nothing); its row reports the
+transfers its forward makes (``plan.details["transfers"]``) and the copies its ops registered.
+remat: ``remat.compile(model, solver="swap", budget=0.7)``: the offloads its plan makes. Both
+under ``--compiler`` (default inductor), with the gradients' largest difference from eager
+autograd. Prints one line each.
 
-    PYTHONPATH=src python benchmarks/offload_trial.py
+On a CPU PyTorch's offloading copies with ``prims.device_put`` (synchronous); ``--ao`` installs
+:mod:`remat.bench.ao_standin` so its ``ao`` ops run (stream parts stubbed; process-wide). Under
+inductor PyTorch's ``ao`` path frees the device buffer at its offload's wait (``keepalive``)
+while inductor may reuse it: run ``--ao`` with ``--compiler eager`` unless checking that.
+
+    PYTHONPATH=src python benchmarks/offload_trial.py [--compiler eager] [--ao]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
 
 import torch  # noqa: E402
-import torch._functorch.config as functorch_config  # noqa: E402
 from torch import nn  # noqa: E402
 
 import remat  # noqa: E402
@@ -40,7 +48,18 @@ class Net(nn.Module):
         return self.head(x).logsumexp(-1).mean()
 
 
+def _err(m: nn.Module, eager: list[torch.Tensor]) -> float:
+    return max(float((p.grad - e).abs().max()) for p, e in zip(m.parameters(), eager))
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--compiler", default="inductor", choices=["inductor", "eager"])
+    ap.add_argument("--ao", action="store_true", help="PyTorch's ao ops with CPU stand-ins")
+    args = ap.parse_args()
+    if args.ao:
+        from remat.bench import ao_standin
+        ao_standin.install()
     torch.manual_seed(0)
     x = torch.randn(512, 256)
     ref = Net()
@@ -54,24 +73,26 @@ def main() -> None:
         copies[0] += 1
         return register(*a)
     offload_ops._register_wait = counted
-    functorch_config.enable_activation_offloading = True
+    m = Net()
+    m.load_state_dict(ref.state_dict())
+    plans = []
     try:
-        m = Net()
-        m.load_state_dict(ref.state_dict())
-        torch.compile(m)(x).backward()
+        remat.compile(m, solver="torch-offload", compiler=args.compiler,
+                      on_plan=lambda g, p: plans.append(p))(x).backward()
     finally:
-        functorch_config.enable_activation_offloading = False
         offload_ops._register_wait = register
-    print(f"PyTorch's activation offloading: ran, {copies[0]} transfers registered")
+    print(f"PyTorch's activation offloading (torch-offload): "
+          f"{sum(p.details.get('transfers', 0) for p in plans)} transfers in its forward, "
+          f"{copies[0]} ao copies registered, gradients within {_err(m, eager):.1e} of eager")
 
     torch._dynamo.reset()
     m = Net()
     m.load_state_dict(ref.state_dict())
     plans = []
-    remat.compile(m, solver="swap", budget=0.7, on_plan=lambda g, p: plans.append(p))(x).backward()
-    err = max(float((p.grad - e).abs().max()) for p, e in zip(m.parameters(), eager))
+    remat.compile(m, solver="swap", budget=0.7, compiler=args.compiler,
+                  on_plan=lambda g, p: plans.append(p))(x).backward()
     print(f"remat swap at 0.7: {sum(p.sim.offloads for p in plans)} offloads, "
-          f"gradients within {err:.1e} of eager")
+          f"gradients within {_err(m, eager):.1e} of eager")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ from .fx import lower
 from .offload import offload_support
 from .options import Options
 
-TORCH_PARTITIONERS: dict[str, Callable] = {"torch-mincut": tc.torch_mincut, "no-recompute": tc.no_recompute}
+TORCH_PARTITIONERS: dict[str, Callable] = {"torch-mincut": tc.torch_mincut, "no-recompute": tc.no_recompute,
+                                            "torch-offload": tc.torch_offload}
 
 _warned: set[str] = set()
 
@@ -284,9 +285,10 @@ class RematPartitioner(CustomPartitionerFn):
             joint = tc.prepare_joint(backup, kwargs["num_fwd_outputs"],
                                      kwargs.get("static_lifetime_input_indices"))
             graph = self._capture(joint, reference)
-            saved = [s for s in tc.saved_from_backward(bw) if s in graph]
+            saved = [s for s in tc.saved_before_offload(bw) if s in graph]
             plan = Plan.from_saved_set(graph, saved, solver=self.options.solver,
                                        cost=float(cut_cost(graph, saved))).judge()
+            plan.details["transfers"] = tc.offload_transfers(fw)  # torch-offload's copies
             self._report(plan)
         return fw, bw
 

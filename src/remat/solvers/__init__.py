@@ -45,6 +45,8 @@ register("magis", "magis", "optional", "seeds/004's coordinated search over fiss
          "max_overhead (default 10%) more time", magis)
 register("torch-mincut", "pytorch", "none", "PyTorch's own partitioner (min_cut_rematerialization_"
          "partition), as torch.compile runs it")
+register("torch-offload", "pytorch", "none", "PyTorch's min cut with its activation offloading on "
+         "and every saved activation marked for it (torchtune's offload-everything policy)")
 register("no-recompute", "pytorch", "none", "PyTorch's default_partition: saves what eager autograd "
          "saves, recomputes nothing")
 
