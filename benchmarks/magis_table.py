@@ -2,29 +2,31 @@
 within a latency limit, and overhead within a memory limit, for remat's methods side by side.
 
 Workloads (MAGIS Table 2; /work/shared/MAGIS.md Section 4), scaled down so that a training
-step takes well under a few seconds on one CPU thread (``--quick``: the ``tiny`` sizes):
+step takes well under a second on one CPU thread (default: 0.2-0.6 s compiled with
+``--compiler eager``; ``--quick``: the zoo's ``tiny`` sizes, with batches raised so that
+activations, not gradients, make most of the step's memory; 25-65 ms):
 
 ==========  ===========================================  ==============================================
 model       default (``--size default``)                 ``--quick`` (``--size quick``)
 ==========  ===========================================  ==============================================
 resnet50    zoo ``resnet50`` small: bottleneck blocks     zoo ``resnet50`` tiny: width 8, one bottleneck
             (3,4,6,3), width 16, 64x64 px, 100 classes,   block per stage, 32x32 px, 10 classes,
-            batch 4 (paper: width 64, 224 px, batch 64)   batch 2
+            batch 4 (paper: width 64, 224 px, batch 64)   batch 8
 bert        zoo ``bert`` small: 4 layers x 256, 4 heads,  zoo ``bert`` tiny: 2 x 64, 4 heads, ff 256,
-            ff 1024, vocab 2048, batch 4 x 128 tokens     vocab 256, batch 2 x 16 tokens
+            ff 1024, vocab 2048, batch 4 x 128 tokens     vocab 256, batch 8 x 16 tokens
             (paper: BERT-base 12 x 768, batch 32 x 512)
 vit         zoo ``vit`` small: 64x64 px, patch 8 (64      zoo ``vit`` tiny: 32x32 px, patch 8, 2 x 64,
-            tokens), 4 x 256, 4 heads, 100 classes,       10 classes, batch 2
+            tokens), 4 x 256, 4 heads, 100 classes,       10 classes, batch 8
             batch 8 (paper: ViT-base, 224 px, batch 64)
 unet        zoo ``unet`` small: base 16, 4 levels,        zoo ``unet`` tiny: base 4, 2 levels, 32x32 px,
-            64x64 px, 2 classes, batch 4 (paper: 256 px,  batch 2
+            64x64 px, 2 classes, batch 4 (paper: 256 px,  batch 4
             batch 32)
-unetpp      nested U-Net (U-Net++-like, written here):    base 4, 2 levels, 32x32 px, batch 2
+unetpp      nested U-Net (U-Net++-like, written here):    base 4, 2 levels, 32x32 px, batch 4
             base 8, 4 levels (channels 8..128), 64x64
             px, 2 classes, batch 2 (paper: U-Net++ 256
             px, batch 16)
 gpt2        zoo ``gpt2`` small: 4 layers x 256, 4 heads,  zoo ``gpt2`` tiny: 2 x 64, 4 heads, vocab 256,
-            vocab 2048, batch 4 x 128 tokens. GPT-2       batch 2 x 16 tokens
+            vocab 2048, batch 4 x 128 tokens. GPT-2       batch 8 x 16 tokens
             stands in for GPT-Neo (both are decoder-only
             causal LMs of the same block structure;
             paper: GPT-Neo-1.3B, bf16, batch 32 x 512)
@@ -41,6 +43,8 @@ Methods (each on its own deep copy of the same model and inputs, through the sam
 - ``no-recompute``: ``remat.compile(model, solver="no-recompute")`` (PyTorch's
   ``default_partition``: the step without recomputation); every ratio and fraction is to it;
 - ``eager``: plain autograd, no compile (for scale only);
+- ``no-recompute`` ``control``: a second copy of no-recompute, timed like every other run: its
+  ratio to the first is the timing noise of the run (``--no-control`` leaves it out);
 - ``magis``: ``remat.compile(model, solver="magis", budget=B)`` at the memory limits, and
   ``remat.compile(model, solver="magis", max_overhead=0.05 / 0.10)`` at the latency limits (the
   search's own mode: least memory within that *predicted* overhead; the table reports what it
@@ -71,8 +75,9 @@ seconds, and the predicted peak fraction).
 
 Measurement (``remat.bench.measure``, as DESIGN.md "Measuring" asks): all methods of a model in
 one process, same inputs; step times from one alternating loop (``step_time``), median of
-``--repeats`` rounds after warm-up, the ratio to no-recompute taken per round (median
-[min, max]); peaks from the profiler's allocation records (``peak_memory``), above the step's
+``--repeats`` rounds after two warm-up rounds, the ratio to no-recompute taken per round
+(median [min, max]; a timed sample runs a short step several times, at least
+``--min-sample`` seconds of no-recompute's, so that one sample is not one scheduler tick); peaks from the profiler's allocation records (``peak_memory``), above the step's
 start; gradients kept between steps (zeroed in place). ``cache=False``,
 ``REMAT_CACHE_DIR=off``, ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``. Every method's gradients
 are compared once with plain autograd's (max abs difference). A method's failure is its
@@ -284,6 +289,8 @@ class Variant:
 
 
 def _label(method: str, mode: str, value: Any) -> str:
+    if mode == "control":
+        return "control"
     if mode == "overhead":
         return f"+{value * 100:g}%"
     if mode == "budget":
@@ -447,7 +454,7 @@ def run_variant(case: Case, method: str, mode: str, value: Any, args, ref: Refer
         searches = [p.details.get("search") for p in plans if isinstance(p.details.get("search"), dict)]
         if searches:
             row.search = {k: [x.get(k) for x in searches] for k in ("candidates", "expanded", "seen")}
-        if method == "no-recompute":
+        if method == "no-recompute" and mode != "control":
             ref.plans = list(plans)
         row.predicted_fraction, row.predicted_ratio = predicted(plans, ref)
     n_plans = len(plans)
@@ -514,6 +521,8 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
     if base.row.status != "ok" or base.step is None:
         raise RuntimeError(f"no-recompute failed: {base.row.status}\n{base.row.note}")
     add("eager")
+    if args.control:
+        add("no-recompute", "control", "control")  # a second copy: its ratio to the first is the timing noise
     print(f"  (graph: {', '.join(str(len(p.graph)) for p in ref.plans)} nodes, {ref.stages()} stages)",
           file=sys.stderr, flush=True)
     for method in args.methods:
@@ -533,7 +542,7 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
     inner = max(1, math.ceil(args.min_sample / max(statistics.median(probe), 1e-6)))
     steps = {f"{v.row.method}|{v.row.point}|{i}": _repeated(v.step, inner)
              for i, v in enumerate(variants) if v.step is not None}
-    base_key = next(k for k in steps if k.startswith("no-recompute|"))
+    base_key = next(k for k in steps if k.startswith("no-recompute|-|"))
     print(f"  timing {len(steps)} steps x {args.repeats} rounds x {inner} steps a sample ...",
           file=sys.stderr, flush=True)
     times = step_time(steps, repeats=args.repeats, warmup=2, device="cpu")
@@ -823,6 +832,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-sample", type=float, default=0.25,
                     help="seconds of no-recompute's steps a timed sample lasts at least (short steps are "
                          "repeated within a sample, so that a sample is not one scheduler tick)")
+    ap.add_argument("--no-control", dest="control", action="store_false",
+                    help="leave out the control row (a second no-recompute copy, timed like the others: "
+                         "its ratio to the first shows the timing noise)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: stable timings on a shared CPU)")
     ap.add_argument("--out", default="out/magis_table")
     args = ap.parse_args(argv)
@@ -879,11 +891,15 @@ def main(argv: list[str] | None = None) -> int:
         cs = cells(rows, args.methods)
         base = next(r for r in rows if r.method == "no-recompute")
         eager = next((r for r in rows if r.method == "eager"), None)
+        control = next((r for r in rows if r.mode == "control" and r.ratio is not None), None)
+        noise = "" if control is None else (
+            f"; timing control (a second no-recompute copy): ratio {control.ratio:.3f} "
+            f"[{control.ratio_min:.3f}, {control.ratio_max:.3f}]")
         text = [f"### {case.description}", "",
                 f"no-recompute: peak above start {base.peak_bytes / MiB:.2f} MiB, step {_f(base.step_ms, '{:.0f}')} ms; "
                 f"eager autograd: step ratio "
                 f"{_f(eager.ratio if eager else None)}, peak fraction {_f(eager.fraction if eager else None)}; "
-                f"gradients kept {case.gradient_bytes / MiB:.2f} MiB", "",
+                f"gradients kept {case.gradient_bytes / MiB:.2f} MiB{noise}", "",
                 table(rows, cs, args.methods), "",
                 f"({name}: {seconds[name]:.0f} s)"]
         print("\n" + "\n".join(text), flush=True)
