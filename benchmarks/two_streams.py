@@ -1,6 +1,6 @@
 """The simulator's two-stream time against times worked out by hand, for a few offload schedules.
 
-The graph is ``tests/test_swap.py``'s chain (x -> f0..f3 -> the tangent -> b3..b0, each op 1
+The graph is :func:`remat.graph.examples.offload_chain` (x -> f0..f3 -> the tangent -> b3..b0, each op 1
 cost unit and 100 bytes; b3 reads f2, b2 f1, b1 f0, b0 x), saved set {x, f0, f1, f2}. f0 is offloaded right
 after its compute and freed after f1 (the offloading schedules), reloaded before b1 or b2. The
 lowering (:mod:`remat.lower.offload`) waits for the offload at the free and for the reload
@@ -19,22 +19,10 @@ import sys
 from pathlib import Path
 
 from remat.cost.transfer import Link
-from remat.graph.graph import Graph, Node
+from remat.graph.examples import offload_chain as chain
+from remat.graph.graph import Graph
 from remat.plans.schedule import Schedule, schedule_from_saved_set
 from remat.plans.simulator import simulate
-
-
-def chain() -> Graph:
-    n = [Node("x", "placeholder", (), role="input", bytes=100, category="input")]
-    prev = "x"
-    for i in range(4):
-        n.append(Node(f"f{i}", "op", (prev,), bytes=100, cost=1.0, is_output=i == 3))
-        prev = f"f{i}"
-    n.append(Node("t", "placeholder", (), role="tangent", bytes=100, category="input"))
-    for k, (src, saved) in enumerate((("t", "f2"), ("b3", "f1"), ("b2", "f0"), ("b1", "x"))):
-        n.append(Node(f"b{3 - k}", "grad", (src, saved), role="backward", bytes=100, cost=1.0,
-                      is_output=k == 3))
-    return Graph(n, name="chain")
 
 
 def offloading(g: Graph, reload_before: str | None) -> Schedule:

@@ -138,3 +138,18 @@ def test_the_plan_summary_says_why_each_value_is_offloaded():
     assert "offloaded to host memory: 1 values" in text
     assert "f0: 100 B off the device for 4 cost units (statements 3-13), over the peak; copy 4 cost " \
            "units each way, waits 3 cost units at its free" in text, text
+
+
+def test_the_bandwidth_option_reaches_planning():
+    """remat.compile(bandwidth=...) is the link every graph's plans assume."""
+    from remat.cost.transfer import link_for_graph
+    from remat.zoo.cnn import ConvBN
+    torch.manual_seed(0)
+    model, x = ConvBN(), torch.randn(4, 3, 16, 16)
+    graphs = []
+    step = remat.compile(model, compiler="eager", cache=False, bandwidth=5e9, on_plan=lambda g, p: graphs.append(g))
+    step(x).pow(2).mean().backward()
+    assert graphs and all(g.meta["device"]["link"] == {"bandwidth": 5e9, "source": "given"} for g in graphs)
+    assert all(link_for_graph(g).bandwidth == 5e9 for g in graphs)
+    with pytest.raises(remat.OptionError, match="bandwidth must be"):
+        remat.compile(model, bandwidth=0)

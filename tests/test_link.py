@@ -187,7 +187,10 @@ def test_a_cached_measurement_in_meta_prices_the_copies(_plan_cache):
 
 def test_cpu_and_deviceless_graphs_keep_their_links():
     g = cos_cos_graph()
-    g.meta["device"] = {"type": "cpu", "link": {"bandwidth": 1.0}}  # ignored on a CPU
+    g.meta["device"] = {"type": "cpu"}
     cpu = link_for_graph(g)
     assert not cpu.asynchronous and cpu.source == "a memcpy on the CPU" and cpu.bandwidth > 1.0
+    g.meta["device"] = {"type": "cpu", "link": {"bandwidth": 1.0, "source": "given"}}  # bandwidth=1.0
+    given = link_for_graph(g)
+    assert not given.asynchronous and given.bandwidth == 1.0 and given.source.startswith("given")
     assert link_for_graph(cos_cos_graph()).source.startswith("moves 0.25")

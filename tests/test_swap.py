@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from remat.cost.transfer import Link, link_for_graph
 from remat.errors import InfeasibleBudgetError
+from remat.graph.examples import offload_chain
 from remat.graph.graph import Graph, Node
 from remat.graph.io import load_graph
 from remat.plans.plan import Decision, Plan
@@ -25,16 +26,7 @@ ONE = Link(100.0)  # a 100-byte value takes one cost unit to copy
 def chain() -> Graph:
     """x -> f0 -> f1 -> f2 -> f3 (the output); the backward reads f2, f1, f0 in turn. Every
     value 100 bytes, every op one unit of cost."""
-    n = [Node("x", "placeholder", (), role="input", bytes=100, category="input")]
-    prev = "x"
-    for i in range(4):
-        n.append(Node(f"f{i}", "op", (prev,), bytes=100, cost=1.0, is_output=i == 3))
-        prev = f"f{i}"
-    n.append(Node("t", "placeholder", (), role="tangent", bytes=100, category="input"))
-    for k, (src, saved) in enumerate((("t", "f2"), ("b3", "f1"), ("b2", "f0"), ("b1", "x"))):
-        n.append(Node(f"b{3 - k}", "grad", (src, saved), role="backward", bytes=100, cost=1.0,
-                      is_output=k == 3))
-    return Graph(n, name="chain")
+    return offload_chain()
 
 
 def base() -> list[tuple[str, str]]:

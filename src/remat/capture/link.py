@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -42,7 +41,7 @@ from typing import Callable
 import torch
 
 from ..errors import RematCacheWarning
-from ..plans.cache import ENV, default_directory
+from ..plans.cache import ENV, default_directory, write_json_atomically
 
 SIZES = (16 << 20, 64 << 20)
 """Bytes per copy whose rates are measured (large enough that the latency is under 1%)."""
@@ -156,20 +155,10 @@ def _read(path: Path) -> dict:
 
 def _write(path: Path, links: dict) -> None:
     """``links`` stored at ``path`` atomically (a warning when it cannot be written)."""
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".links.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"format": LINKS_FORMAT, "version": LINKS_VERSION, "links": links}, f, indent=1,
-                      sort_keys=True, allow_nan=False)
-        os.replace(tmp, path)
+        write_json_atomically(path, {"format": LINKS_FORMAT, "version": LINKS_VERSION, "links": links},
+                              indent=1, sort_keys=True)
     except (OSError, TypeError, ValueError) as e:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
         warnings.warn(f"remat could not store its link measurement at {path} ({type(e).__name__}: {e}); "
                       f"the next process measures again. Set {ENV} to a writable folder or to 'off'.",
                       RematCacheWarning, stacklevel=3)

@@ -107,8 +107,10 @@ def link_for_graph(g: Graph, cost_model: CostModel | None = None, *, bandwidth: 
                     f"assumed: PCIe 4.0 x16 (not measured on {name or 'this GPU'})")
     if kind == "cpu":
         given = device.get("link") if isinstance(device.get("link"), dict) else {}
-        bw = bandwidth or _positive(given.get("bandwidth")) or profile_for_graph(g).bandwidth / 2  # a copy reads and writes
-        return Link(bw, False, 0.0, "a memcpy on the CPU")
+        bw = bandwidth or _positive(given.get("bandwidth"))  # remat.compile(bandwidth=...)
+        if bw:
+            return Link(bw, False, 0.0, "given (a memcpy on the CPU)")
+        return Link(profile_for_graph(g).bandwidth / 2, False, 0.0, "a memcpy on the CPU")  # a copy reads and writes
     if bandwidth:
         return Link(bandwidth, True, 0.0, "given")
     cm = cost_model or default_cost_model(g)

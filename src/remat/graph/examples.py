@@ -39,3 +39,23 @@ def cos_cos_graph(numel: int = 1024) -> Graph:
         pw("neg_1", "neg", "sin_1"),
         pw("mul_1", "mul", "mul", "neg_1", role="backward"),
     ], name="cos_cos")
+
+
+def offload_chain() -> Graph:
+    """A chain for offloading's worked examples: x -> f0 .. f3 (f3 the output), the tangent,
+    then b3 .. b0 (b3 reads f2, b2 f1, b1 f0, b0 x; b0 the output), every op 1 cost unit and
+    every value 100 bytes. Saving {x, f0, f1, f2} takes 8 units and peaks at 7 values.
+
+    >>> [n.name for n in offload_chain() if n.role == "backward"]
+    ['b3', 'b2', 'b1', 'b0']
+    """
+    n = [Node("x", "placeholder", (), role="input", bytes=100, category="input")]
+    prev = "x"
+    for i in range(4):
+        n.append(Node(f"f{i}", "op", (prev,), bytes=100, cost=1.0, is_output=i == 3))
+        prev = f"f{i}"
+    n.append(Node("t", "placeholder", (), role="tangent", bytes=100, category="input"))
+    for k, (src, saved) in enumerate((("t", "f2"), ("b3", "f1"), ("b2", "f0"), ("b1", "x"))):
+        n.append(Node(f"b{3 - k}", "grad", (src, saved), role="backward", bytes=100, cost=1.0,
+                      is_output=k == 3))
+    return Graph(n, name="chain")

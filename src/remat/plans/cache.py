@@ -202,6 +202,26 @@ def cache_key(graph: Graph, solver: str, *, budget: Budget | str | float | None 
 
 
 # -- the store ------------------------------------------------------------------------------
+def write_json_atomically(path: Path, value: Any, **dump: Any) -> None:
+    """``value`` as JSON at ``path``, written to a temporary file beside it and renamed over it,
+    so a reader never sees half a file (``dump``: :func:`json.dump`'s options). Raises what
+    writing raises (OSError; TypeError or ValueError for a value with no JSON form) and leaves
+    no temporary file behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(value, f, allow_nan=False, **dump)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+
 def default_directory() -> Path | None:
     """``$REMAT_CACHE_DIR``, else ``$XDG_CACHE_HOME/remat/plans`` or ``~/.cache/remat/plans``;
     None when ``$REMAT_CACHE_DIR`` is ``off`` (or ``0``, ``false``, ``no``, ``none``)."""
@@ -286,19 +306,9 @@ class PlanCache:
         entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,
                  "graph_hash": graph_hash(graph), "remat": getattr(remat, "__version__", None),
                  "plan": d}
-        tmp = None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f, separators=(",", ":"), allow_nan=False)
-            os.replace(tmp, path)
+            write_json_atomically(path, entry, separators=(",", ":"))
         except (OSError, TypeError, ValueError) as e:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
             warnings.warn(f"remat could not store a plan in its cache at {path} ({type(e).__name__}: "
                           f"{e}); the next run plans again. Set {ENV} to a writable folder or to "
                           "'off'.", RematCacheWarning, stacklevel=2)
