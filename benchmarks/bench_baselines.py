@@ -1,6 +1,6 @@
 """Checkmate's baselines on Checkmate's graphs: the overhead-vs-memory curves (torch-free).
 
-For every graph in ``<shared>/data/checkmate_graphs`` (``$REMAT_SHARED_DIR`` or ``../shared``
+For every graph shipped in ``remat.data`` (``src/remat/data/checkmate``
 beside the repository) and every baseline of :data:`remat.solvers.baselines.BASELINES`, runs
 the baseline with no budget and collects every schedule it evaluated (one for
 checkpoint-all and sqrt(n); the whole ``b`` grid for Chen's greedy; every slot count for
@@ -28,14 +28,14 @@ import sys
 import time
 from pathlib import Path
 
+from remat.data import CHECKMATE_DIR
 from remat.cost.model import default_cost_model
 from remat.graph.io import load_graph
 from remat.solvers.baselines import BASELINES
 from remat.plans.stages import staged
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("REMAT_SHARED_DIR", ROOT.parent / "shared"))
-GRAPH_DIR = SHARED / "data" / "checkmate_graphs"
+GRAPH_DIR = CHECKMATE_DIR
 FRACTIONS = (0.9, 0.75, 0.5)
 
 

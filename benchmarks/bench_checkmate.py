@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from remat.data import CHECKMATE_DIR
 from remat.cost.model import default_cost_model  # noqa: E402
 from remat.graph.io import load_graph  # noqa: E402
 from remat.solvers.checkmate.milp import checkmate, min_budget
@@ -36,7 +37,7 @@ from remat.solvers.checkmate.lp_rounding import checkmate_lp  # noqa: E402
 from remat.solvers.checkmate.model import build_model  # noqa: E402
 from remat.plans.stages import staged  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "checkmate_graphs"
+DATA = CHECKMATE_DIR
 SKIP_BY_DEFAULT = ("random_layered_n1000",)
 
 

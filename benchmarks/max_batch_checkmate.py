@@ -32,7 +32,7 @@ after ``--max-undecided`` (default 2) undecided probes in a row the search stops
 
 Published (Checkmate artifact README, VGG19): checkpoint-all 167, Chen sqrt(n) 197, Chen greedy
 266, Checkmate MILP 289 (proved optimal); MILP lower bounds for the others: U-Net 57, FCN8 60,
-SegNet 62, ResNet50 193, MobileNet 1105 (``/work/shared/data/README.md``).
+SegNet 62, ResNet50 193, MobileNet 1105 (``src/remat/data/checkmate/README.md``).
 
     PYTHONPATH=src python benchmarks/max_batch_checkmate.py                    # VGG19
     PYTHONPATH=src python benchmarks/max_batch_checkmate.py --graphs VGG19 VGG16 --input both
@@ -48,6 +48,7 @@ import sys
 import time
 from pathlib import Path
 
+from remat.data import CHECKMATE_DIR
 from remat.solvers import info
 from remat.graph.graph import Graph
 from remat.graph.io import load_graph
@@ -55,8 +56,7 @@ from remat.graph.batch import base_batch_of
 from remat.bench.max_batch import max_batch, one_forward_overhead
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("REMAT_SHARED_DIR", ROOT.parent / "shared"))
-GRAPH_DIR = SHARED / "data" / "checkmate_graphs"
+GRAPH_DIR = CHECKMATE_DIR
 
 GPU_BYTES = 16 * 1000**3
 """The artifact's ``platform_memory("p32xlarge")``: a 16 GB V100, in decimal bytes."""

@@ -26,6 +26,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from remat.data import CHECKMATE_DIR
 from remat.cost.model import default_cost_model  # noqa: E402
 from remat.graph.io import load_graph  # noqa: E402
 from remat.plans.budget import reference_saved  # noqa: E402
@@ -34,8 +35,7 @@ from remat.plans.simulator import simulate  # noqa: E402
 from remat.solvers import solve  # noqa: E402
 from remat.transforms.reorder import reorder  # noqa: E402
 
-CHECKMATE = Path(os.environ.get("REMAT_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared")) \
-    / "data" / "checkmate_graphs"
+CHECKMATE = CHECKMATE_DIR
 ZOO = "mlp,transformer-encoder,gpt2,bert,vit,resnet18,mobilenetv2"
 
 

@@ -1,6 +1,6 @@
 """Swapping with recomputation against recomputation alone on Checkmate's graphs (issue 11).
 
-For every Checkmate MLSys graph in ``<shared>/data/checkmate_graphs`` and each budget (a
+For every Checkmate MLSys graph shipped in ``remat.data`` and each budget (a
 fraction of the activation memory without recomputation), the predicted step time of:
 
 - ``recompute``: the fastest plan of recomputation alone among Checkmate's MILP (``checkmate``,
@@ -27,6 +27,7 @@ import argparse
 import os
 from pathlib import Path
 
+from remat.data import CHECKMATE_DIR
 from remat.cost.model import default_cost_model
 from remat.cost.transfer import link_for_graph
 from remat.errors import InfeasibleBudgetError
@@ -37,7 +38,6 @@ from remat.solvers import solve
 from remat.solvers.auto import _auto
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("REMAT_SHARED_DIR", ROOT.parent / "shared"))
 GRAPHS = ("VGG16", "VGG19", "MobileNet", "ResNet50", "vgg_unet", "fcn_8_vgg", "segnet")
 BUDGETS = (1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2)
 
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per solve")
     args = ap.parse_args()
     budgets = [float(b) for b in args.budgets.split(",")] + ["min"]
-    files = sorted((SHARED / "data" / "checkmate_graphs").glob("*train_nx.json"))
+    files = sorted(CHECKMATE_DIR.glob("*train_nx.json"))
     print(f"Link: {args.link:g} x the default; time limit {args.time_limit:g} s per solve.\n")
     for name in args.graphs:
         path = next((f for f in files if f.name.startswith(name + "_")), None)

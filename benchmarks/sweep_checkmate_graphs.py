@@ -1,7 +1,7 @@
 """Overhead vs memory budget on every reference graph (seeds/001 Figure 5 and Table 2), torch-free.
 
-For every graph in ``<shared>/data/checkmate_graphs`` (Checkmate's MLSys graphs and Moccasin's
-random layered graphs; ``$REMAT_SHARED_DIR`` or ``../shared`` beside the repository) this runs
+For every graph shipped in ``remat.data`` (Checkmate's MLSys graphs and Moccasin's
+random layered graphs) this runs
 remat's budget sweep (:func:`remat.bench.sweep.sweep`, what ``remat sweep`` runs) at ``--points``
 budgets evenly spaced from the smallest feasible budget remat finds cheaply
 (:func:`remat.solvers.auto.smallest_feasible`: recompute-all and the baselines at their tightest) to
@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from remat.data import CHECKMATE_DIR
 from remat.plans.budget import reference_peak
 from remat.bench.plots import sweep_plot
 from remat.bench.sweep import markdown as sweep_markdown
@@ -49,8 +50,7 @@ from remat.solvers.feasible import smallest_feasible
 from remat.graph.io import load_graph
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("REMAT_SHARED_DIR", ROOT.parent / "shared"))
-GRAPH_DIR = SHARED / "data" / "checkmate_graphs"
+GRAPH_DIR = CHECKMATE_DIR
 SOLVERS = ("checkmate", "checkmate-lp", "checkpoint-all", "chen-sqrtn", "chen-greedy", "griewank")
 TIMED = ("checkmate", "checkmate-lp")
 BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-greedy", "griewank")

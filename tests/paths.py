@@ -1,8 +1,4 @@
-"""Where the shared reference data lives: ../shared beside the repository (as in CI), or
-$REMAT_SHARED_DIR."""
+"""Where the reference data lives: the graphs shipped in the package (remat.data), so a plain
+clone's tests need nothing beside the repository."""
 
-import os
-from pathlib import Path
-
-SHARED = Path(os.environ.get("REMAT_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared"))
-CHECKMATE_DIR = SHARED / "data" / "checkmate_graphs"
+from remat.data import CHECKMATE_DIR  # noqa: F401

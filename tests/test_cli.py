@@ -26,6 +26,11 @@ def test_plan_json_on_saved_graph(tmp_path, capsys):
     assert 0 < out["solve_seconds"] < 5
 
 
+from paths import CHECKMATE_DIR  # noqa: E402
+
+CHECKMATE_FILE = CHECKMATE_DIR / "VGG16_256_224_224_3_train_nx.json"
+
+
 def test_plan_aggressive_on_checkmate_graph(capsys):
     from paths import CHECKMATE_DIR
 
@@ -33,6 +38,18 @@ def test_plan_aggressive_on_checkmate_graph(capsys):
                  "mincut-aggressive", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["saved"] and out["solver"] == "mincut-aggressive"
+
+
+def test_plan_names_a_shipped_graph(capsys):
+    """``checkmate:NAME`` plans a graph shipped with remat (remat.data); a name that matches
+    several, or none, lists the names."""
+    assert main(["plan", "checkmate:VGG16", "--solver", "mincut-aggressive", "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert main(["plan", str(CHECKMATE_FILE), "--solver", "mincut-aggressive", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["saved"] == same["saved"]
+    assert main(["plan", "checkmate:VGG", "--solver", "mincut-aggressive"]) != 0
+    err = capsys.readouterr().err
+    assert "names several" in err and "VGG19_256_224_224_3_train_nx" in err
 
 
 @pytest.mark.parametrize("content, message", [

@@ -16,7 +16,7 @@ from remat.plans.schedule import Schedule, schedule_from_saved_set
 from remat.plans.simulator import simulate
 from remat.solvers import solve
 from remat.transforms.swap import gaps, swap, trade
-from paths import SHARED
+from paths import CHECKMATE_DIR
 from strategies import joint_graphs
 
 FAST = Link(float("inf"))  # copies take no time
@@ -141,10 +141,9 @@ def test_swapping_keeps_every_value_a_reader_needs_and_never_raises_the_peak(g):
         assert all(gp.after < gp.before for gp in gaps(out))
 
 
-CHECKMATE = sorted(glob.glob(str(SHARED / "data" / "checkmate_graphs" / "*train_nx.json")))
+CHECKMATE = sorted(glob.glob(str(CHECKMATE_DIR / "*train_nx.json")))
 
 
-@pytest.mark.skipif(not CHECKMATE, reason="Checkmate's graphs are not in ../shared/data")
 def test_below_recomputation_s_floor_swap_recompute_finds_a_plan_that_replays():
     g = load_graph(next(f for f in CHECKMATE if "vgg_unet" in f))
     with pytest.raises(InfeasibleBudgetError) as e:

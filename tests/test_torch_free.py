@@ -8,7 +8,7 @@ import sys
 
 import remat
 
-TORCH_FREE = ("graph", "cost", "plans", "solvers", "transforms")
+TORCH_FREE = ("graph", "cost", "plans", "solvers", "transforms", "data")
 TORCH_FREE_MODULES = ()  # torch-free modules of other packages
 
 

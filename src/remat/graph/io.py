@@ -128,7 +128,8 @@ def save_graph(g: Graph, path: str | os.PathLike) -> None:
 
 def load_graph(path: str | os.PathLike) -> Graph:
     """Read a graph file: remat's format or a Checkmate/Moccasin node-link graph, gzipped
-    when its name ends in ``.gz``.
+    when its name ends in ``.gz``; ``"checkmate:NAME"`` reads a graph shipped with remat
+    (:mod:`remat.data`).
 
     >>> import tempfile, os
     >>> from remat.graph.examples import cos_cos_graph
@@ -136,6 +137,9 @@ def load_graph(path: str | os.PathLike) -> Graph:
     >>> len(load_graph(p))
     16
     """
+    if isinstance(path, str) and path.startswith("checkmate:"):  # a graph shipped with remat
+        from ..data import checkmate_path
+        path = checkmate_path(path)
     p = Path(path)
     if not p.exists():
         raise GraphError(f"{p}: no such file")
