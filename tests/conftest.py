@@ -3,8 +3,11 @@ import warnings
 
 import pytest
 
-# Compiled-graph caches would let a second run skip the partitioner entirely.
-os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+# The compiled-graph caches (inductor's FX graph cache, AOTAutograd's) would let a second compile
+# skip the partitioner entirely: off. Inductor's kernel cache stays on, so a kernel compiled once
+# in the run is not compiled again (every compile still partitions and plans).
+os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
 warnings.filterwarnings("ignore", message=".*dynamo_pgo force disabled.*")
 
 

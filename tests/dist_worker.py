@@ -38,7 +38,8 @@ import sys
 import time
 import traceback
 
-os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
 os.environ["REMAT_CACHE_DIR"] = "off"  # each rank plans on its own: equal plans mean something
 
 import torch  # noqa: E402

@@ -199,7 +199,8 @@ def test_planning_with_a_callback_keeps_the_compile_caches(tmp_path):
             "f = remat.compile(lambda x: x.cos().cos(), on_plan=lambda g, p: plans.append(p))\n"
             "f(torch.randn(64, requires_grad=True)).sum().backward()\n"
             "print(len(plans), dict(counters['aot_autograd']))\n")
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_FORCE_DISABLE_CACHES"}
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path)
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
             for _ in range(2)]

@@ -81,7 +81,8 @@ def test_synchronous_copies_without_stand_in():
 
 _AO_SCRIPT = textwrap.dedent("""
     import json, os, sys
-    os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
     import torch
     from torch import nn
     from remat.bench import ao_standin
