@@ -37,6 +37,7 @@ import numpy as np
 from ..cost.model import constant_bytes, default_cost_model
 from ..errors import BudgetError
 from ..graph.graph import Graph
+from .saved_set import backward_work
 from .schedule import Schedule, schedule_from_saved_set
 from .simulator import simulate
 from .stages import lifetime_matrix, schedule_from_rs, staged
@@ -133,9 +134,16 @@ REFERENCE_SAVED = "reference_saved"
 
 
 def reference_saved(g: Graph) -> list[str] | None:
-    """The no-recomputation saved set capture recorded for ``g`` (names in ``g``), or None."""
+    """The no-recomputation saved set capture recorded for ``g`` (names in ``g``), or None.
+    A primal input the backward reads that PyTorch's partition did not list is added: PyTorch
+    dead-code-eliminated its reader (an unrolled GRU cell's weight, permuted for an input
+    gradient nobody asked for), and an input is resident all step, so saving it costs nothing."""
     saved = (g.meta or {}).get(REFERENCE_SAVED)
-    return None if saved is None else [s for s in saved if s in g]
+    if saved is None:
+        return None
+    saved = tuple(s for s in saved if s in g)
+    return list(g._derived(("reference_saved", saved),
+                           lambda g: saved + backward_work(g, list(saved)).missing_inputs))
 
 
 def reference_schedule(g: Graph) -> Schedule:
