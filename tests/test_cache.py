@@ -271,3 +271,28 @@ def test_the_second_process_skips_planning(tmp_path):
     assert (second["saved"], second["peak"]) == (first["saved"], first["peak"])
     assert second["grad"] == first["grad"]
     assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_editing_any_planner_module_changes_the_fingerprint(tmp_path):
+    """The plan cache's fingerprint covers every module a plan depends on (issue 29: the
+    transforms that swap, search and re-ordering call were left out, so a plan cached before
+    an edit there was served after it): a comment added to any one module of the planner's
+    packages changes it."""
+    import shutil
+    from pathlib import Path
+
+    import remat
+    from remat.plans.cache import PLANNER, source_hash
+
+    root = tmp_path / "remat"
+    shutil.copytree(Path(remat.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.json"))
+    base = source_hash(root)
+    assert {"transforms", "solvers", "plans", "cost", "graph"} <= set(PLANNER)
+    modules = [p for pkg in PLANNER for p in sorted((root / pkg).rglob("*.py"))]
+    assert len(modules) > 40
+    for p in modules:
+        text = p.read_text()
+        p.write_text(text + "\n# edited\n")
+        assert source_hash(root) != base, f"editing {p.relative_to(root)} leaves the fingerprint unchanged"
+        p.write_text(text)
+    assert source_hash(root) == base

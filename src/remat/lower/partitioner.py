@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Collection, Sequence
@@ -29,6 +28,7 @@ from ..errors import (InfeasibleBudgetError, PlanError, RematBudgetWarning, Rema
                       RematFallbackWarning, RematOffloadWarning, UnsupportedGraphError)
 from ..cost.model import constant_bytes, default_cost_model
 from ..plans.budget import REFERENCE_SAVED, TORCH_HEADROOM, format_bytes
+from ..plans.cache import source_hash
 from ..plans.step import StepBudget
 from ..solvers.cached import cached_solve
 from ..plans.plan import Plan
@@ -53,10 +53,10 @@ _warned: set[str] = set()
 
 @functools.cache
 def _source_hash() -> str:
-    h = hashlib.sha256()
-    for p in sorted(Path(__file__).parents[1].rglob("*.py")):
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
+    """remat's whole source (lowering and capture too: they decide the compiled modules), by
+    the same fingerprint as the plan cache's (:func:`remat.plans.cache.source_hash`)."""
+    root = Path(__file__).resolve().parents[1]
+    return source_hash(root, sorted(p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"))[:16]
 
 
 class RematPartitioner(CustomPartitionerFn):

@@ -50,7 +50,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..cost.model import CostModel, default_cost_model
 from ..errors import PlanError, RematCacheWarning
@@ -67,7 +67,6 @@ OFF = ("off", "0", "false", "no", "none")
 """Values of ``$REMAT_CACHE_DIR`` that turn the cache off."""
 
 _LIBRARIES = ("numpy", "scipy", "ortools", "highspy")
-_PLANNER = ("graph", "cost", "plans", "solvers")
 _CACHE_FIELDS = ("cache", "cache_file", "cache_seconds", "cached_solve_seconds")
 
 
@@ -158,28 +157,41 @@ def graph_hash(g: Graph) -> str:
     return g._derived("cache.graph_hash", compute)
 
 
-@functools.cache
-def planner_fingerprint() -> str:
-    """remat's version, a hash of the planner's source and the numerical libraries' versions:
-    what must match for a stored plan to be the plan this remat would make."""
-    from importlib import metadata
+PLANNER = ("graph", "cost", "plans", "solvers", "transforms", "data")
+"""The packages whose source decides a plan: every one a solver imports (the transforms swap,
+search and re-ordering call included)."""
 
-    import remat
 
-    root = Path(remat.__file__).parent
+def source_hash(root: Path, packages: Iterable[str] = PLANNER) -> str:
+    """sha256 of the top-level modules (``root/*.py``: the errors, the API) and every ``.py``
+    file under ``root/PACKAGE`` for each package, names and contents: remat's one fingerprint of its own source (the plan cache's
+    over :data:`PLANNER`; the partitioner's over every package, lowering included)."""
     h = hashlib.sha256()
-    files = [root / "errors.py"] + [p for pkg in _PLANNER for p in sorted((root / pkg).rglob("*.py"))]
+    files = sorted(root.glob("*.py")) + [p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))]
     for p in files:
         h.update(str(p.relative_to(root)).encode() + b"\0")
         h.update(p.read_bytes() + b"\0")
-    libs = {}
-    for lib in _LIBRARIES:
-        try:
-            libs[lib] = metadata.version(lib)
-        except metadata.PackageNotFoundError:
-            libs[lib] = None
-    return _sha256({"remat": getattr(remat, "__version__", None), "source": h.hexdigest(),
-                    "libraries": libs})
+    return h.hexdigest()
+
+
+@functools.cache
+def planner_fingerprint() -> str:
+    """remat's version, a hash of the planner's source (:data:`PLANNER`) and the numerical
+    libraries' versions: what must match for a stored plan to be the plan this remat would
+    make."""
+    source = source_hash(Path(__file__).resolve().parents[1])
+    return _sha256({"remat": _version("remat"), "source": source,
+                    "libraries": {lib: _version(lib) for lib in _LIBRARIES}})
+
+
+def _version(package: str) -> str | None:
+    """An installed package's version (remat's own from its metadata: no import of the
+    top-level package from here), or None."""
+    from importlib import metadata
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def cache_key(graph: Graph, solver: str, *, budget: Budget | str | float | None = None,
@@ -301,10 +313,9 @@ class PlanCache:
         path = self.path(key)
         d = plan.to_dict()
         d["details"] = {k: v for k, v in d.get("details", {}).items() if k not in _CACHE_FIELDS}
-        import remat
 
         entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,
-                 "graph_hash": graph_hash(graph), "remat": getattr(remat, "__version__", None),
+                 "graph_hash": graph_hash(graph), "remat": _version("remat"),
                  "plan": d}
         try:
             write_json_atomically(path, entry, separators=(",", ":"))
