@@ -9,7 +9,7 @@ al., MLSys'20):
 
 * The schedule is cut into *segments* the pass never moves a compute across: the forward and
   the backward (the cut is the backward's first compute, :func:`remat.plans.phases.split_schedule`;
-  that compute and the tangents computed right after it stay where they are), and the runs
+  that compute and every tangent stay where they are), and the runs
   between ``offload``/``reload`` statements (copies stay where they are).
 * In a segment, the compute statements are *instances* (a node computed twice is two). An
   instance reads the latest earlier instance of each input; it stays after those instances, a
@@ -123,20 +123,18 @@ def reorder(schedule: Schedule, cost_model: CostModel | None = None, *, block: i
 
 
 def segments_of(schedule: Schedule) -> list[_Segment]:
-    """The runs of statements the pass reorders inside: cut at copy statements and at the
-    backward's start (its first compute and the tangents computed right after it stay put)."""
+    """The runs of statements the pass reorders inside: cut at copy statements, at the
+    backward's start (its first compute) and at every tangent (they stay put)."""
     g = schedule.graph
     stmts = schedule.statements
     role = {n.name: n.role for n in g.nodes}
     cut = next((k for k, s in enumerate(stmts)
                 if s.op == "compute" and role.get(s.node) in ("tangent", "backward")), len(stmts))
-    fixed = [s.op in COPIES for s in stmts]
+    # a tangent never moves: nor those computed right after the cut, nor one after a free
+    # between them (an unused tangent freed at once)
+    fixed = [s.op in COPIES or s.op == "compute" and role.get(s.node) == "tangent" for s in stmts]
     if cut < len(stmts):
         fixed[cut] = True
-        k = cut + 1
-        while k < len(stmts) and stmts[k].op == "compute" and role.get(stmts[k].node) == "tangent":
-            fixed[k] = True
-            k += 1
     out: list[_Segment] = []
     lo = 0
     for k in range(len(stmts) + 1):
