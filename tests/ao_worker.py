@@ -4,11 +4,11 @@ compiled kernel crashes the process).
 
 Launched by ``tests/test_ao_inductor.py``::
 
-    python tests/ao_worker.py CASE BUDGET COMPILER [--hide-ao] [--strict]
+    python tests/ao_worker.py CASE BUDGET COMPILER [--hide-ao] [--strict] [--solver=NAME]
 
 CASE is ``mlp``, ``cnn-batchnorm`` or ``unet`` (zoo ``tiny`` sizes; ConvBN from
 ``remat.zoo.cnn``), BUDGET a fraction or ``min``. The step is ``remat.compile(model,
-solver="swap", budget=BUDGET, compiler=COMPILER, strict=...)`` against eager autograd from
+solver=NAME, budget=BUDGET, compiler=COMPILER, strict=...)`` (``swap`` by default) against eager autograd from
 the same weights. ``--hide-ao`` makes this torch's ``ao`` ops look absent
 (``remat.lower.offload.ao_problem`` reports them missing), as on torch 2.10-2.12. Prints one
 JSON line: the losses, the largest gradient difference, the offloads and reloads of each
@@ -60,7 +60,8 @@ def main(argv: list[str]) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            step = remat.compile(model, solver="swap", budget=budget, compiler=compiler, cache=False,
+            solver = next((a.split("=", 1)[1] for a in argv if a.startswith("--solver=")), "swap")
+            step = remat.compile(model, solver=solver, budget=budget, compiler=compiler, cache=False,
                                  strict="--strict" in argv, on_plan=lambda g, p: plans.append(p))
             got_loss, got = run(step)
             out.update(loss=got_loss, want_loss=want_loss, grads=len(got),

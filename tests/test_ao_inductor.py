@@ -62,6 +62,10 @@ def test_without_the_ao_ops_swap_plans_without_offloading_and_warns():
     strict = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao", "--strict")
     assert "RematError" in strict["error"] and "strict=True" in strict["error"]
     assert not strict["plans"]
+    auto = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao", "--strict", "--solver=auto")
+    _assert_eager_gradients(auto)  # auto plans without offloading, even strict, and says so once
+    assert [w.split(":")[0] for w in auto["warnings"]] == ["RematOffloadWarning"]
+    assert "remat plans without offloading here" in auto["warnings"][0]
 
 
 def test_ao_schemas_are_checked_not_names():

@@ -160,6 +160,9 @@ class RematPartitioner(CustomPartitionerFn):
             graph.meta["offload"] = {"allowed": False, "reason": "offload=False"}
         else:
             graph.meta["offload"] = {"allowed": works, "reason": how}
+            if not works and o.solver not in OFFLOADING_SOLVERS:  # those say so in _solver_for
+                _warn_once(f"remat plans without offloading here: {how}. Pass offload=False to "
+                           "plan without it and silence this.", RematOffloadWarning)
         if o.bandwidth is not None:
             device["link"] = {"bandwidth": o.bandwidth, "source": "given"}
         elif kind == "cuda" and works:
