@@ -52,6 +52,13 @@ def test_plan_names_a_shipped_graph(capsys):
     assert "names several" in err and "VGG19_256_224_224_3_train_nx" in err
 
 
+def test_plan_no_offload_bars_offloading_solvers(capsys):
+    """``--no-offload`` is remat.compile's offload=False on a saved graph: the offloading
+    solvers refuse it, naming the flag."""
+    assert main(["plan", "checkmate:VGG16", "--solver", "swap", "--budget", "0.9", "--no-offload"]) != 0
+    assert "may not: --no-offload" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("content, message", [
     ("{not json", "not valid JSON"),
     ('{"format": "remat.graph", "version": 1, "nodes": [{"name": "a"}]}', "lacks required key"),

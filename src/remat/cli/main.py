@@ -37,8 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="draw the plan's memory timeline and its copy stream over time into PNG")
     p.add_argument("--bandwidth", type=float, default=None,
-                   help="host link bandwidth for the swapping solvers (bytes/s, or bytes per cost "
-                        "unit on a graph without a device); default: the device's")
+                   help="host link bandwidth (bytes/s, or bytes per cost unit for the swapping "
+                        "solvers on a graph without a device); default: the device's, measured")
+    p.add_argument("--no-offload", action="store_true",
+                   help="plan without offloading to host memory (remat.compile's offload=False)")
     p.add_argument("--max-overhead", type=float, default=None,
                    help="instead of a budget: the least memory within this share of extra step time "
                         "(0.10), by MAGIS's search (solvers auto and magis)")

@@ -18,8 +18,26 @@ import sys
 from ..errors import InfeasibleBudgetError, OptionError
 from ..graph.io import load_graph
 from ..plans.budget import TORCH_HEADROOM, Budget
-from ..solvers import check_time_limit, solve
+from ..solvers import check_time_limit, info, names, solve
 from ..solvers.progress import shown
+
+
+def _link_options(graph, args) -> dict:
+    """``--no-offload`` and ``--bandwidth``: marked on the graph as ``remat.compile``'s
+    ``offload`` and ``bandwidth`` options mark a captured one, so every solver sees them; on a
+    graph without a device the bandwidth (bytes per cost unit) goes to a swapping solver."""
+    if getattr(args, "no_offload", False):
+        graph.meta["offload"] = {"allowed": False, "reason": "--no-offload"}
+    if args.bandwidth is None:
+        return {}
+    device = (graph.meta or {}).get("device")
+    if isinstance(device, dict) and device.get("type"):
+        device["link"] = {"bandwidth": float(args.bandwidth), "source": "given"}
+        return {}
+    if "bandwidth" not in info(args.solver).options:
+        raise OptionError(f"--bandwidth on a graph without a device is bytes per cost unit for the "
+                          f"swapping solvers ({', '.join(n for n in names() if 'bandwidth' in info(n).options)}); {args.solver!r} takes none")
+    return {"bandwidth": args.bandwidth}
 
 
 def run(args) -> int:
@@ -29,7 +47,7 @@ def run(args) -> int:
     try:
         # stages on a terminal only, so JSON output and pipes stay clean
         with shown(f"planning {graph.name} ({len(graph)} nodes) with {args.solver}", plain=False):
-            options = {} if args.bandwidth is None else {"bandwidth": args.bandwidth}
+            options = _link_options(graph, args)
             if args.max_overhead is not None:
                 if budget is not None:
                     raise OptionError("give --budget or --max-overhead, not both")
