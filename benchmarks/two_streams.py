@@ -20,28 +20,14 @@ from pathlib import Path
 
 from remat.cost.transfer import Link
 from remat.graph.examples import offload_chain as chain
+from remat.graph.examples import offload_chain_statements
 from remat.graph.graph import Graph
-from remat.plans.schedule import Schedule, schedule_from_saved_set
+from remat.plans.schedule import Schedule
 from remat.plans.simulator import simulate
 
 
 def offloading(g: Graph, reload_before: str | None) -> Schedule:
-    base = [tuple(d.values()) for d in schedule_from_saved_set(g, ["x", "f0", "f1", "f2"]).to_list()]
-    if reload_before is None:
-        return Schedule.from_list(g, base)
-    out = []
-    for op, node in base:
-        if (op, node) == ("compute", reload_before):
-            out.append(("reload", "f0"))
-        if (op, node) == ("free", "f0"):
-            continue
-        out.append((op, node))
-        if (op, node) == ("compute", "f0"):
-            out.append(("offload", "f0"))
-        if (op, node) == ("compute", "f1"):
-            out.append(("free", "f0"))
-    out.append(("free", "f0"))
-    return Schedule.from_list(g, out)
+    return Schedule.from_list(g, offload_chain_statements(reload_before))
 
 
 # (name, reload before, copy time, hand-worked step time, hand-worked stall at the free, why)

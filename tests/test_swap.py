@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from remat.cost.transfer import Link, link_for_graph
 from remat.errors import InfeasibleBudgetError
-from remat.graph.examples import offload_chain
+from remat.graph.examples import offload_chain, offload_chain_statements
 from remat.graph.graph import Graph, Node
 from remat.graph.io import load_graph
 from remat.plans.plan import Decision, Plan
@@ -30,24 +30,12 @@ def chain() -> Graph:
 
 
 def base() -> list[tuple[str, str]]:
-    return [tuple(d.values()) for d in schedule_from_saved_set(chain(), ["x", "f0", "f1", "f2"]).to_list()]
+    return offload_chain_statements(None)
 
 
 def swapped(reload_before: str = "b1") -> list[tuple[str, str]]:
     """f0 offloaded after its compute, freed after f1 reads it, reloaded before ``reload_before``."""
-    out = []
-    for op, node in base():
-        if (op, node) == ("compute", reload_before):
-            out.append(("reload", "f0"))
-        if (op, node) == ("free", "f0"):
-            continue  # freed after f1 instead
-        out.append((op, node))
-        if (op, node) == ("compute", "f0"):
-            out.append(("offload", "f0"))
-        if (op, node) == ("compute", "f1"):
-            out.append(("free", "f0"))
-    out.append(("free", "f0"))
-    return out
+    return offload_chain_statements(reload_before)
 
 
 def test_the_step_without_swapping_peaks_at_seven_values_and_takes_eight_units():

@@ -59,3 +59,32 @@ def offload_chain() -> Graph:
         n.append(Node(f"b{3 - k}", "grad", (src, saved), role="backward", bytes=100, cost=1.0,
                       is_output=k == 3))
     return Graph(n, name="chain")
+
+
+def offload_chain_statements(reload_before: str | None = "b1") -> list[tuple[str, str]]:
+    """Statements of :func:`offload_chain` saving {x, f0, f1, f2}, as
+    ``remat.plans.schedule_from_saved_set`` orders them; with ``reload_before``, f0 is offloaded
+    right after its compute, freed after f1 reads it and reloaded before that compute (and
+    freed at the end).
+
+    >>> offload_chain_statements("b2")[:5]
+    [('compute', 'f0'), ('offload', 'f0'), ('compute', 'f1'), ('free', 'f0'), ('compute', 'f2')]
+    """
+    base = [("compute", "f0"), ("compute", "f1"), ("compute", "f2"), ("compute", "f3"),
+            ("compute", "t"), ("compute", "b3"), ("free", "t"), ("free", "f2"), ("compute", "b2"),
+            ("free", "b3"), ("free", "f1"), ("compute", "b1"), ("free", "b2"), ("free", "f0"),
+            ("compute", "b0"), ("free", "b1")]
+    if reload_before is None:
+        return base
+    out = []
+    for op, node in base:
+        if (op, node) == ("compute", reload_before):
+            out.append(("reload", "f0"))
+        if (op, node) == ("free", "f0"):
+            continue  # freed after f1 instead
+        out.append((op, node))
+        if (op, node) == ("compute", "f0"):
+            out.append(("offload", "f0"))
+        if (op, node) == ("compute", "f1"):
+            out.append(("free", "f0"))
+    return out + [("free", "f0")]
