@@ -1,8 +1,11 @@
 """The remat command line: plan a saved graph, capture a model, run the demo; bad input gets a
 clear message and exit code 2, never a traceback."""
 
+import contextlib
+import io
 import json
 import subprocess
+from types import SimpleNamespace
 import sys
 
 import pytest
@@ -13,6 +16,19 @@ from remat.graph.io import load_graph, save_graph
 
 
 def run_cli(*args):
+    """``remat ARGS`` in this process (no interpreter start per call): the exit status (an
+    argparse error's SystemExit included) and what it wrote."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def run_cli_process(*args):
+    """``python -m remat.cli ARGS`` in a process of its own: the command line as users start it."""
     return subprocess.run([sys.executable, "-m", "remat.cli", *args], capture_output=True, text=True)
 
 
@@ -81,7 +97,7 @@ def test_bad_graph_files_give_clear_errors(tmp_path, content, message):
 
 def test_capture_writes_a_loadable_graph(tmp_path):
     out = tmp_path / "g.json"
-    r = run_cli("capture", "--model", "cos-cos", "--out", str(out))
+    r = run_cli_process("capture", "--model", "cos-cos", "--out", str(out))  # the one smoke test
     assert r.returncode == 0, r.stderr
     g = load_graph(out)
     assert {n.role for n in g} >= {"input", "tangent", "forward", "backward"}
