@@ -400,7 +400,7 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     t_comp = t_copy = busy_copy = busy_compute = 0.0
     profiled = cm.uses_profiled_costs(g)
     # CostModel.seconds, per statement: its FLOPs, traffic and kernels
-    per_flop, per_byte, launch = 1.0 / cm.device.peak_flops, 1.0 / cm.device.bandwidth, cm.device.launch_seconds
+    peak_flops, bandwidth, launch = cm.device.peak_flops, cm.device.bandwidth, cm.device.launch_seconds
     ready = [0.0] * a.n
     off_end = [-1.0] * a.n  # -1: no host copy
     copying = [False] * a.n  # an offload reads the resident device copy (until it is freed)
@@ -572,8 +572,8 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
                 # the compute stream's clock: this statement's share of the fused prediction
                 # (:meth:`CostModel.seconds` of what it added), or its profiled cost, so a
                 # view or a kernel fused into its reader hides no copy
-                dt = op_cost[i] if profiled else ((flops_total - before[0]) * per_flop
-                                                  + (traffic_total - before[1]) * per_byte
+                dt = op_cost[i] if profiled else ((flops_total - before[0]) / peak_flops
+                                                  + (traffic_total - before[1]) / bandwidth
                                                   + (kernels - before[2]) * launch)
                 t_comp = start + dt
                 busy_compute += dt
