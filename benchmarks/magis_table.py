@@ -1,7 +1,7 @@
 """MAGIS's evaluation (seeds/004 Table 2, Figures 9-10), scaled down to a CPU: least memory
 within a latency limit, and overhead within a memory limit, for remat's methods side by side.
 
-Workloads (MAGIS Table 2; /work/shared/MAGIS.md Section 4), scaled down so that a training
+Workloads (MAGIS Table 2, seeds/004), scaled down so that a training
 step takes well under a second on one CPU thread (default: 0.2-0.6 s compiled with
 ``--compiler eager``; ``--quick``: the zoo's ``tiny`` sizes, with batches raised so that
 activations, not gradients, make most of the step's memory; 25-65 ms):
