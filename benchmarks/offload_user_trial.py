@@ -11,6 +11,8 @@ import json, os, subprocess, sys, time, warnings
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
 VARIANTS = {"no-recompute": dict(solver="no-recompute"), "torch-knob-0.4": dict(solver="torch-mincut", knob=0.4),
+            "torch-offload": dict(solver="torch-offload"), "auto-0.4": dict(solver="auto", budget=0.4),
+            "swap-0.7": dict(solver="swap", budget=0.7), "swap-recompute-0.4": dict(solver="swap-recompute", budget=0.4),
             "auto-0.8": dict(solver="auto", budget=0.8),
             "swap-min": dict(solver="swap", budget="min"), "swap-recompute-0.8": dict(solver="swap-recompute", budget=0.8),
             "auto-min": dict(solver="auto", budget="min")}
