@@ -266,9 +266,11 @@ def last_use_waits(fw: fx.GraphModule) -> int:
     storage behind inductor's back; ``src`` is freed when its last reader (the wait) is done.
     Returns how many waits changed; raises where this torch's ``wait_tensor`` has no
     ``last_use_of_storage``."""
+    from ..lower.offload import ao_problem  # the one schema check (lazily, as above)
+    problem = ao_problem()
+    if problem is not None:
+        raise RuntimeError(problem)
     wait, offload = _ao_op("wait_tensor"), _ao_op("offload")
-    if wait is None or "last_use_of_storage" not in [a.name for a in wait._schema.arguments]:
-        raise RuntimeError(f"torch {torch.__version__}'s ao.wait_tensor has no last_use_of_storage")
     changed = 0
     for n in fw.graph.nodes:
         if n.op != "call_function" or n.target is not wait:
