@@ -3,7 +3,7 @@
 ``torch._functorch.config.enable_activation_offloading`` copies only the nodes marked
 ``meta["should_offload"]``, and nothing in torch marks them. ``torch-offload`` is PyTorch's
 min cut with every saved activation marked inside the partitioner
-(:func:`remat.capture.joint.torch_offload`); each plan reports how many values its forward
+(:func:`remat.lower.torch_offload.torch_offload`); each plan reports how many values its forward
 copies out (``plan.details["transfers"]``). On this CPU the copies are PyTorch's synchronous
 ``prims.device_put``; with :func:`remat.bench.ao_standin.install` (process-wide: run in a
 subprocess) they are its ``ao`` ops, stream parts stubbed.
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 import remat
-from remat.capture import joint as tc
+from remat.lower import torch_offload as tc
 from remat.solvers import info, names
 
 
@@ -91,10 +91,10 @@ _AO_SCRIPT = textwrap.dedent("""
     import remat
     if sys.argv[2] != "pytorch":
         import functools
-        from remat.capture import joint as tc
+        from remat.lower import torch_offload as tc
         from remat.lower import partitioner
         partitioner.TORCH_PARTITIONERS["torch-offload"] = functools.partial(tc.torch_offload, waits=sys.argv[2])
-    from remat.capture import joint
+    from remat.lower import torch_offload as joint
     keepalives, count = [], joint.offload_transfers
     def spy(fw):  # the forward as it will run
         keepalives.extend(len(n.args) > 1 or "keepalive" in n.kwargs for n in fw.graph.nodes

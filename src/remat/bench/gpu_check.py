@@ -84,7 +84,7 @@ GPT2_VARIANTS: list[dict] = [
 """The GPT-2 stage's variants: a name, a :mod:`remat.bench.methods` method string, ``strict``
 and functorch config set in the variant's process. ``torch-offload-lastuse`` is PyTorch's
 offloading with its offloads' waits passing the device tensor as ``last_use_of_storage``
-instead of ``keepalive`` (:func:`remat.capture.joint.last_use_waits`; as PyTorch writes them,
+instead of ``keepalive`` (:func:`remat.lower.torch_offload.last_use_waits`; as PyTorch writes them,
 inductor may reuse the freed buffer); it runs only where ``ao.wait_tensor`` has that argument."""
 
 OFFLOAD_BUDGET = "min"
@@ -280,7 +280,7 @@ def run_variant(spec: dict, path: str | None = None) -> dict:
     ``dtype``, ``compiler``, ``strict``, ``functorch`` (config set first), ``steps`` (timed
     steps; 0: none), ``standin`` (install :mod:`remat.bench.ao_standin`), ``threads`` (torch's
     CPU threads), ``torch_offload_waits`` (``torch-offload``'s ``waits``:
-    :func:`remat.capture.joint.torch_offload`). The row is also written to ``path`` at each
+    :func:`remat.lower.torch_offload.torch_offload`). The row is also written to ``path`` at each
     phase."""
     import torch
     import torch._functorch.config as functorch_config
@@ -303,7 +303,7 @@ def run_variant(spec: dict, path: str | None = None) -> dict:
     if spec.get("torch_offload_waits"):
         import functools
 
-        from ..capture import joint as tc
+        from ..lower import torch_offload as tc
         from ..lower import partitioner
         partitioner.TORCH_PARTITIONERS["torch-offload"] = functools.partial(
             tc.torch_offload, waits=spec["torch_offload_waits"])

@@ -23,6 +23,7 @@ from torch._functorch import config as functorch_config
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from ..capture import joint as tc
+from . import torch_offload
 from ..capture.to_graph import graph_from_joint
 from ..errors import (InfeasibleBudgetError, PlanError, RematBudgetWarning, RematError,
                       RematFallbackWarning, RematOffloadWarning, UnsupportedGraphError)
@@ -46,7 +47,7 @@ from .offload import offload_support
 from .options import Options
 
 TORCH_PARTITIONERS: dict[str, Callable] = {"torch-mincut": tc.torch_mincut, "no-recompute": tc.no_recompute,
-                                            "torch-offload": tc.torch_offload}
+                                            "torch-offload": torch_offload.torch_offload}
 
 _warned: set[str] = set()
 
@@ -288,10 +289,10 @@ class RematPartitioner(CustomPartitionerFn):
             joint = tc.prepare_joint(backup, kwargs["num_fwd_outputs"],
                                      kwargs.get("static_lifetime_input_indices"))
             graph = self._capture(joint, reference)
-            saved = [s for s in tc.saved_before_offload(bw) if s in graph]
+            saved = [s for s in torch_offload.saved_before_offload(bw) if s in graph]
             plan = Plan.from_saved_set(graph, saved, solver=self.options.solver,
                                        cost=float(cut_cost(graph, saved))).judge()
-            plan.details["transfers"] = tc.offload_transfers(fw)  # torch-offload's copies
+            plan.details["transfers"] = torch_offload.offload_transfers(fw)  # torch-offload's copies
             self._report(plan)
         return fw, bw
 
