@@ -41,11 +41,12 @@ cache (``cache=False``, ``REMAT_CACHE_DIR=off``) and inductor's caches are off
 (``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``). Gradients of every method are compared once with
 plain autograd (max abs difference after one step from the same weights).
 
-    PYTHONPATH=src python benchmarks/budgets_vs_torch.py [--quick] [--models gpt2,llama,t5,cnn]
+    python benchmarks/budgets_vs_torch.py [--quick] [--models gpt2,llama,t5,cnn]
         [--budgets 1.0,0.8,0.6,0.4,0.2] [--repeats 5] [--compiler eager|inductor]
         [--device cpu|cuda] [--dtype float32] [--out out/budgets_vs_torch]
 
-Writes ``--out``/results.json (every row, and the run's settings) and ``pareto_<model>.png``
+Writes ``benchmarks/results/budgets_vs_torch.json`` (every row, and the run's settings;
+``--results``), and ``--out``/``rows.jsonl`` (rows as they come) and ``pareto_<model>.png``
 (measured peak above start against step-time ratio, one series per method); prints a Markdown
 table per model with the targets' checks under it.
 """
@@ -57,15 +58,12 @@ import os
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
 
-import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import copy  # noqa: E402
-import datetime  # noqa: E402
 import functools  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -86,6 +84,9 @@ import remat  # noqa: E402
 from remat.bench.measure import error_status, free_memory, peak_memory, step_time  # noqa: E402
 from remat.lower.partitioner import RematPartitioner  # noqa: E402
 from remat.plans.budget import activation_bytes, resident_bytes  # noqa: E402
+from remat.bench import harness  # noqa: E402
+from remat.bench.harness import copy_inputs, gradient_bytes, grad_err, held, make_step  # noqa: E402
+from remat.zoo.trials import BUDGET_SIZES, Case, budget_case  # noqa: E402
 
 MiB = float(1 << 20)
 DEFAULT_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2)
@@ -120,137 +121,10 @@ torch_partitioners.default_partition = _clocked(torch_partitioners.default_parti
 RematPartitioner.__call__ = _clocked(RematPartitioner.__call__, "partitioner")
 
 
-# -- models -------------------------------------------------------------------------------------
+# -- models: remat.zoo.trials.budget_case ---------------------------------------------------------
 
-@dataclass
-class Case:
-    name: str
-    description: str
-    model: nn.Module  # forward(*inputs) -> scalar loss
-    inputs: tuple
-
-
-class LMLoss(nn.Module):
-    """``forward(ids) -> causal LM loss`` of a transformers causal LM (labels = ids)."""
-
-    def __init__(self, lm: nn.Module):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, ids):
-        return self.lm(input_ids=ids, labels=ids).loss
-
-
-class Seq2SeqLoss(nn.Module):
-    """``forward(ids, labels) -> loss`` of a T5ForConditionalGeneration."""
-
-    def __init__(self, t5: nn.Module):
-        super().__init__()
-        self.t5 = t5
-
-    def forward(self, ids, labels):
-        return self.t5(input_ids=ids, labels=labels).loss
-
-
-class ClassifierLoss(nn.Module):
-    """``forward(x, y) -> cross-entropy`` of an image classifier."""
-
-    def __init__(self, net: nn.Module):
-        super().__init__()
-        self.net = net
-
-    def forward(self, x, y):
-        return nn.functional.cross_entropy(self.net(x), y)
-
-
-# name -> {size: (config)}; "quick" sizes are for the smoke run, "gpu" sizes for a GPU (the
-# issue's GPT-2 small and a Llama with Llama-3.2-1B's widths, batch 8 x 1024)
-SIZES = {
-    # layers, width, heads, vocab, batch, seq
-    "gpt2": {"default": (4, 256, 4, 2048, 4, 128), "quick": (2, 128, 4, 1024, 4, 64),
-             "gpu": (12, 768, 12, 50257, 8, 1024)},
-    # layers, width, heads, kv heads, ff, vocab, batch, seq[, tied embeddings]
-    "llama": {"default": (4, 256, 4, 2, 688, 2048, 4, 128), "quick": (2, 128, 4, 2, 344, 1024, 4, 64),
-              "gpu": (4, 2048, 32, 8, 8192, 128256, 8, 1024, True)},
-    # layers, width, heads, kv heads, ff, vocab, batch, seq (the Qwen2 user trial of BENCHMARKS.md)
-    "qwen2": {"default": (4, 256, 4, 2, 768, 2048, 4, 128), "quick": (3, 128, 4, 2, 384, 1024, 4, 64)},
-    # the same, Mistral with a sliding window of a quarter of the sequence
-    "mistral": {"default": (4, 256, 4, 2, 768, 2048, 4, 128), "quick": (3, 128, 4, 2, 384, 1024, 4, 64)},
-    # enc layers, dec layers, d_model, heads, d_ff, vocab, batch, seq
-    "t5": {"default": (2, 2, 256, 4, 1024, 2048, 4, 128), "quick": (1, 1, 128, 4, 512, 1024, 4, 64)},
-    # channels, blocks, batch, image
-    "cnn": {"default": (16, 3, 32, 32), "quick": (16, 2, 16, 32)},
-    # zoo resnet18 tiny (width 8, one block per stage), batch, image 32
-    "resnet18": {"default": (32,), "quick": (16,)},
-}
-
-
-def build(name: str, size: str, dtype: torch.dtype, device: str, seed: int = 0) -> Case:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        case = _build(name, SIZES[name][size])
-    case.model = case.model.to(device=device, dtype=dtype).train()
-    case.inputs = tuple(x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype)
-                        for x in case.inputs)
-    return case
-
-
-def _build(name: str, cfg: tuple) -> Case:
-    if name == "gpt2":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        layers, width, heads, vocab, b, seq = cfg
-        lm = GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab,
-                                        n_positions=seq, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                        bos_token_id=0, eos_token_id=0))
-        lm.loss_type = "ForCausalLM"  # otherwise the loss breaks the graph
-        return Case(name, f"GPT-2 ({layers} x {width}, {heads} heads, vocab {vocab}), batch {b} x {seq}",
-                    LMLoss(lm), (torch.randint(0, vocab, (b, seq)),))
-    if name in ("llama", "qwen2", "mistral"):
-        from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                                  Qwen2ForCausalLM)
-
-        layers, width, heads, kv, ff, vocab, b, seq, *tied = cfg
-        config, causal_lm = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-                             "mistral": (MistralConfig, MistralForCausalLM)}[name]
-        extra = {"sliding_window": seq // 4} if name == "mistral" else {}
-        lm = causal_lm(config(vocab_size=vocab, hidden_size=width, intermediate_size=ff,
-                              num_hidden_layers=layers, num_attention_heads=heads,
-                              num_key_value_heads=kv, max_position_embeddings=max(seq, 256),
-                              attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
-                              pad_token_id=0, tie_word_embeddings=bool(tied and tied[0]), **extra))
-        lm.loss_type = "ForCausalLM"
-        title = {"llama": "Llama", "qwen2": "Qwen2", "mistral": f"Mistral (window {seq // 4})"}[name]
-        return Case(name, f"{title} ({layers} x {width}, {heads} heads / {kv} kv, ff {ff}, vocab {vocab}), "
-                          f"batch {b} x {seq}", LMLoss(lm), (torch.randint(0, vocab, (b, seq)),))
-    if name == "t5":
-        from transformers import T5Config, T5ForConditionalGeneration
-
-        enc, dec, width, heads, ff, vocab, b, seq = cfg
-        t5 = T5ForConditionalGeneration(T5Config(vocab_size=vocab, d_model=width, d_kv=width // heads, d_ff=ff,
-                                                 num_layers=enc, num_decoder_layers=dec, num_heads=heads,
-                                                 dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0,
-                                                 eos_token_id=1))
-        ids = torch.randint(2, vocab, (b, seq))
-        labels = torch.randint(2, vocab, (b, seq))
-        return Case(name, f"T5 ({enc}+{dec} layers x {width}, {heads} heads, ff {ff}, vocab {vocab}), "
-                          f"batch {b} x {seq}", Seq2SeqLoss(t5), (ids, labels))
-    if name == "cnn":
-        from remat.zoo.cnn import ConvBN
-
-        channels, blocks, b, image = cfg
-        return Case(name, f"CNN + BatchNorm (ConvBN, {channels} channels, {blocks} residual blocks), "
-                          f"batch {b} x 3 x {image} x {image}",
-                    ClassifierLoss(ConvBN(channels=channels, blocks=blocks)),
-                    (torch.randn(b, 3, image, image), torch.randint(0, 10, (b,))))
-    if name == "resnet18":
-        from remat.zoo.cnn import BasicBlock, ResNet
-
-        (b,) = cfg
-        return Case(name, f"ResNet-18 (width 8, one block per stage), batch {b} x 3 x 32 x 32",
-                    ClassifierLoss(ResNet(BasicBlock, (1, 1, 1, 1), 8, 10)),
-                    (torch.randn(b, 3, 32, 32), torch.randint(0, 10, (b,))))
-    raise ValueError(f"unknown model {name!r}; models: {', '.join(SIZES)}")
+SIZES = BUDGET_SIZES
+build = budget_case
 
 
 # -- one method on one model ----------------------------------------------------------------------
@@ -291,42 +165,6 @@ class Variant:
     model: nn.Module | None = None
 
 
-def _copy_inputs(inputs: tuple) -> tuple:
-    return tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
-
-
-def make_step(fn: Callable, model: nn.Module, inputs: tuple, grads: str) -> Callable[[], torch.Tensor]:
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def step() -> torch.Tensor:
-        for p in params:
-            if p.grad is not None:
-                if grads == "keep":
-                    p.grad.zero_()  # opt.zero_grad(set_to_none=False)
-                else:
-                    p.grad = None
-        loss = fn(*inputs)
-        loss.backward()
-        return loss.detach()
-
-    return step
-
-
-def _held(model: nn.Module, inputs: tuple) -> list[torch.Tensor]:
-    return list(model.parameters()) + list(model.buffers()) + [x for x in inputs if isinstance(x, torch.Tensor)]
-
-
-def _grad_err(model: nn.Module, reference: list[torch.Tensor | None]) -> float | None:
-    errs = []
-    for p, r in zip(model.parameters(), reference):
-        if p.grad is None or r is None:
-            if (p.grad is None) != (r is None):
-                return math.inf
-            continue
-        errs.append(float((p.grad.double() - r.double()).abs().max()))
-    return max(errs, default=0.0)
-
-
 def predicted(plans: list) -> tuple[int | None, float | None]:
     """(bytes above what is resident, fraction of the activation memory) the plans predict;
     summed over graphs when a step has several."""
@@ -344,7 +182,7 @@ def run_variant(case: Case, method: str, budget: Any, args, reference: list, ref
     row = Row(case.name, method, label)
     v = Variant(row)
     model = copy.deepcopy(case.model)
-    inputs = _copy_inputs(case.inputs)
+    inputs = copy_inputs(case.inputs)
     v.model = model
     plans: list = []
     v.plans = plans
@@ -394,7 +232,7 @@ def run_variant(case: Case, method: str, budget: Any, args, reference: list, ref
         row.partitioner_s = CLOCK["partitioner"]
         row.plan_s = CLOCK["torch_partition"] if method in ("knob", "no-recompute") else \
             float(sum(p.solve_seconds for p in plans))
-    row.grad_err = _grad_err(model, reference)
+    row.grad_err = grad_err(model, reference)
     row.graphs = len(plans) if method != "eager" else None
     row.solvers = [p.solver for p in plans]
     row.recomputed = sum(len(p.recomputed) for p in plans) if plans else None
@@ -403,7 +241,7 @@ def run_variant(case: Case, method: str, budget: Any, args, reference: list, ref
         reference_graph.append(plans[0].graph)
     n_plans = len(plans)
     try:
-        pm = peak_memory(step, args.device, warmup=1, timeline=False, held=_held(model, inputs))
+        pm = peak_memory(step, args.device, warmup=1, timeline=False, held=held(model, inputs))
         row.peak_bytes = int(pm.peak_bytes)
     except Exception as e:  # noqa: BLE001
         row.status = error_status(e)
@@ -423,7 +261,7 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
     print(f"({sum(p.numel() for p in case.model.parameters()) / 1e6:.2f} M parameters)", flush=True)
     # plain autograd's gradients: the reference
     ref_model = copy.deepcopy(case.model)
-    ref_model(*_copy_inputs(case.inputs)).backward()
+    ref_model(*copy_inputs(case.inputs)).backward()
     reference = [None if p.grad is None else p.grad.detach().clone() for p in ref_model.parameters()]
     del ref_model
     reference_graph: list = []
@@ -524,16 +362,6 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
     free_memory(args.device)
     gc.collect()
     return case, rows
-
-
-def gradient_bytes(model: nn.Module) -> int:
-    """Bytes of the model's gradients (distinct storages)."""
-    seen = {}
-    for p in model.parameters():
-        if p.grad is not None:
-            s = p.grad.untyped_storage()
-            seen[s.data_ptr()] = s.nbytes()
-    return sum(seen.values())
 
 
 def _find(variants, method, budget) -> Variant | None:
@@ -693,8 +521,7 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--quick", action="store_true", help="smoke run: GPT-2 and the CNN, smaller, budgets 1.0,0.6,0.2")
     ap.add_argument("--models", default=None, help=f"comma-separated, of {','.join(SIZES)} "
                     f"(default {','.join(DEFAULT_MODELS)}; --quick: {','.join(QUICK_MODELS)})")
@@ -703,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compiler", default="eager", choices=("eager", "inductor"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16", "float16"))
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: stable timings on a shared CPU)")
+    ap.set_defaults(threads=1)  # stable timings on a shared CPU
     ap.add_argument("--time-limit", type=float, default=None, help="remat's time_limit (default: remat's)")
     ap.add_argument("--grads", default="keep", choices=("keep", "none"),
                     help="keep: zero gradients in place between steps (set_to_none=False); none: set them to None")
@@ -717,8 +544,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capture", action="store_true",
                     help="only capture: write each model's graphs (remat JSON) and the saved sets of "
                          "PyTorch's knob at each budget (plans JSON) under --out, for planning offline")
-    ap.add_argument("--out", default="out/budgets_vs_torch")
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", default="out/budgets_vs_torch", help="the plots, rows.jsonl and --capture's files")
+
+
+def run(args):
+    ap = args.parser
     args.size = args.size or ("quick" if args.quick else "default")
     args.skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     if args.skip - {"eager", "min"}:
@@ -734,8 +564,6 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown model {m!r}; models: {', '.join(SIZES)}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("--device cuda, but torch sees no CUDA GPU")
-    if args.device == "cpu" and args.threads:
-        torch.set_num_threads(args.threads)
     dynamo_config.recompile_limit = 1024  # every method recompiles the same forward with its own backend
     dynamo_config.accumulated_recompile_limit = 1 << 16
     # every compile plans afresh: no FX-graph or AOTAutograd cache answers for a partitioner
@@ -746,12 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     args.partial = out / "rows.jsonl"
     args.partial.write_text("")
-    meta = {"command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
-            "date": datetime.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__,
-            "python": platform.python_version(), "remat_commit": _git_head(),
-            "machine": f"{platform.machine()} {os.cpu_count()} cpus, {torch.get_num_threads()} threads"
-            + (f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
-            "device": args.device, "compiler": args.compiler, "dtype": args.dtype, "grads": args.grads,
+    meta = {**harness.environment(args.device), "compiler": args.compiler, "dtype": args.dtype, "grads": args.grads,
             "repeats": args.repeats, "budgets": args.budgets, "models": args.models,
             "size": args.size, "sizes": {m: SIZES[m][args.size] for m in args.models}}
     print(f"torch {torch.__version__}, {meta['machine']}, compiler {args.compiler}, {args.dtype}, "
@@ -784,9 +607,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plot for {name} failed: {error_status(e)}", flush=True)
         meta["descriptions"] = descriptions
         meta["seconds"] = time.perf_counter() - t_start
-        (out / "results.json").write_text(json.dumps({"meta": meta, "rows": all_rows}, indent=1, default=str))
-    print(f"\nwrote {out / 'results.json'} and pareto_*.png ({time.perf_counter() - t_start:.0f} s in all)")
-    return 0
+    print(f"\nwrote pareto_*.png under {out} ({time.perf_counter() - t_start:.0f} s in all)")
+    return harness.Result(all_rows, meta, printed=True)
 
 
 def capture(name: str, args, out: Path) -> None:
@@ -809,14 +631,8 @@ def capture(name: str, args, out: Path) -> None:
     (out / f"{name}_knob.json").write_text(json.dumps(plans_by_budget, default=str))
 
 
-def _git_head() -> str | None:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        return None
+def main(argv: list[str] | None = None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

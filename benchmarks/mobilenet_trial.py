@@ -1,62 +1,45 @@
 """A user trial on a model no test names: a MobileNetV2-like CNN (inverted residuals with
 depthwise convolutions, BatchNorm, ReLU6), batch 16 x 3 x 64 x 64, under CPU inductor:
 ``torch.compile`` with PyTorch's memory-budget knob beside ``remat.compile`` with budgets.
-Prints each step's measured peak above its start (profiler) and remat's prediction.
+Rows: each step's measured peak above its start (profiler) and remat's prediction. The model
+is ``remat.zoo.trials.MobileNetLike``.
 
-    PYTHONPATH=src python benchmarks/mobilenet_trial.py
+    python benchmarks/mobilenet_trial.py
+
+Rows: ``benchmarks/results/mobilenet_trial.json``.
 """
 
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")  # a cache hit skips planning
 os.environ["REMAT_CACHE_DIR"] = "off"
 
 import contextlib  # noqa: E402
 import copy  # noqa: E402
+import sys  # noqa: E402
 
 import torch  # noqa: E402
 import torch._functorch.config as functorch_config  # noqa: E402
-from torch import nn  # noqa: E402
 
 import remat  # noqa: E402
-from remat.bench.measure import peak_memory  # noqa: E402
+from remat.bench import harness  # noqa: E402
 from remat.plans.budget import resident_bytes  # noqa: E402
+from remat.zoo.trials import MobileNetLike  # noqa: E402
 
 
-class InvertedResidual(nn.Module):
-    def __init__(self, c: int, expand: int = 4) -> None:
-        super().__init__()
-        h = c * expand
-        self.f = nn.Sequential(
-            nn.Conv2d(c, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
-            nn.Conv2d(h, h, 3, padding=1, groups=h, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
-            nn.Conv2d(h, c, 1, bias=False), nn.BatchNorm2d(c))
-
-    def forward(self, x):
-        return x + self.f(x)
+def arguments(ap) -> None:
+    ap.set_defaults(threads=1)
 
 
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
-                                  nn.BatchNorm2d(16), nn.ReLU6())
-        self.body = nn.Sequential(*[InvertedResidual(16) for _ in range(4)])
-        self.head = nn.Linear(16, 10)
-
-    def forward(self, x, y):
-        return nn.functional.cross_entropy(self.head(self.body(self.stem(x)).mean((2, 3))), y)
-
-
-def main() -> None:
-    torch.set_num_threads(1)
+def run(args) -> list[dict]:
     torch.manual_seed(0)
-    base = Net()
+    base = MobileNetLike()
     x, y = torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,))
+    rows = []
 
-    def run(label, make, ctx=contextlib.nullcontext()):
+    def one(label, make, ctx=contextlib.nullcontext()):
         torch._dynamo.reset()
         model, plans = copy.deepcopy(base), []
         fn = make(model, plans)
@@ -69,22 +52,25 @@ def main() -> None:
             with ctx:  # the knob applies when the first step compiles
                 step()
         except remat.InfeasibleBudgetError as e:
-            print(f"| {label} | refused (least {e.smallest_feasible:,} B with parameters) | |")
+            rows.append({"method": label, "status": "refused", "smallest_feasible_bytes": e.smallest_feasible})
             return
-        peak = peak_memory(step, "cpu", warmup=1, timeline=False).peak_bytes
-        pred = f"{sum(p.peak_bytes - resident_bytes(p.graph) for p in plans):,}" if plans else ""
-        print(f"| {label} | {peak:,} | {pred} |", flush=True)
+        peak = harness.measure_peak(step, "cpu")
+        pred = sum(p.peak_bytes - resident_bytes(p.graph) for p in plans) if plans else None
+        rows.append({"method": label, "status": "ok", "measured_bytes": peak, "predicted_bytes": pred})
 
-    print("| method | measured (B) | predicted (B) |")
-    print("|---|---|---|")
-    run("torch.compile", lambda m, p: torch.compile(m))
+    one("torch.compile", lambda m, p: torch.compile(m))
     for b in (0.8, 0.5, 0.2):
-        run(f"knob {b}", lambda m, p: torch.compile(m), functorch_config.patch(activation_memory_budget=b))
+        one(f"knob {b}", lambda m, p: torch.compile(m), functorch_config.patch(activation_memory_budget=b))
     for b in (None, 0.8, 0.6, "min"):
         kw = {} if b is None else {"budget": b}
-        run(f"remat {b or 'no budget'}", lambda m, p, kw=kw: remat.compile(
+        one(f"remat {b or 'no budget'}", lambda m, p, kw=kw: remat.compile(
             m, cache=False, on_plan=lambda g, plan: p.append(plan), **kw))
+    return rows
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

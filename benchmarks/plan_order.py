@@ -9,10 +9,11 @@ GPU), the plan's predicted peak, the fraction of PyTorch's no-recompute measured
 row: the reference, measured and predicted), and
 step-time medians from one alternating loop (``remat.bench.measure.step_time``).
 
-    PYTHONPATH=src python benchmarks/plan_order.py [--models qwen2,llama,t5] [--budgets 0.6,min,none]
+    python benchmarks/plan_order.py [--models qwen2,llama,t5] [--budgets 0.6,min,none]
         [--repeats 10] [--device cpu]
 
-Models and sizes are ``budgets_vs_torch.py``'s ``quick`` ones.
+Models and sizes are ``remat.zoo.trials.budget_case``'s ``quick`` ones (those of
+``budgets_vs_torch.py``). Rows: ``benchmarks/results/plan_order.json``.
 """
 
 from __future__ import annotations
@@ -22,22 +23,22 @@ import os
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
 
-import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torch._dynamo.config as dynamo_config  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-import budgets_vs_torch as bvt  # noqa: E402
-
 import remat  # noqa: E402
 import remat.lower.backend as backend  # noqa: E402
-from remat.bench.measure import peak_memory, step_time  # noqa: E402
+from remat.bench import harness  # noqa: E402
+from remat.bench.measure import step_time  # noqa: E402
 from remat.errors import InfeasibleBudgetError  # noqa: E402
 from remat.plans.budget import resident_bytes  # noqa: E402
+from remat.zoo.trials import budget_case  # noqa: E402
+
+COLUMNS = ("model", "budget", "order", "peak_bytes", "predicted_bytes", "measured_over_predicted",
+           "fraction_of_no_recompute", "step_ms", "status")
 
 
 @contextlib.contextmanager
@@ -52,50 +53,58 @@ def _inductor_order():
 
 
 def _variant(name: str, budget, device: str, inductor_order: bool, solver: str = "auto"):
-    case = bvt.build(name, "quick", torch.float32, device)
+    case = budget_case(name, "quick", torch.float32, device)
     plans = []
     fn = remat.compile(case.model, solver=solver, budget=budget, cache=False,
                        on_plan=lambda g, p: plans.append(p))
-    step = bvt.make_step(fn, case.model, case.inputs, "keep")
+    step = harness.make_step(fn, case.model, case.inputs, "keep")
     with _inductor_order() if inductor_order else contextlib.nullcontext():
         step()  # compiles the forward and the backward
-    peak = peak_memory(step, device, warmup=1, timeline=False).peak_bytes
+    peak = harness.measure_peak(step, device)
     predicted = sum(p.peak_bytes - resident_bytes(p.graph) for p in plans)
     return step, peak, predicted
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--models", default="qwen2,llama,t5")
     ap.add_argument("--budgets", default="0.6")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--device", default="cpu")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    ap.set_defaults(threads=1)
+
+
+def run(args) -> list[dict]:
     dynamo_config.recompile_limit = 64
-    print(f"torch {torch.__version__}, {args.device}, 1 thread, inductor")
-    print("| model | budget | order | measured peak (B) | predicted (B) | measured / predicted | "
-          "fraction of no-recompute | step ms (median) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} thread(s), inductor")
+    rows = []
     for name in args.models.split(","):
         _, reference, ref_predicted = _variant(name, None, args.device, False, solver="no-recompute")
-        print(f"| {name} | - | PyTorch's no-recompute (the reference) | {reference:,} | {ref_predicted:,} | "
-              f"{reference / ref_predicted:.2f} | 1.00 | |", flush=True)
+        rows.append({"model": name, "budget": "-", "order": "PyTorch's no-recompute (the reference)",
+                     "peak_bytes": reference, "predicted_bytes": ref_predicted,
+                     "measured_over_predicted": reference / ref_predicted, "fraction_of_no_recompute": 1.0,
+                     "step_ms": None, "status": "ok"})
         for b in args.budgets.split(","):
             budget = None if b == "none" else b if b == "min" else float(b)
             try:
                 runs = {label: _variant(name, budget, args.device, off)
                         for label, off in (("plan order", False), ("inductor's order", True))}
             except InfeasibleBudgetError as e:
-                print(f"| {name} | {budget} | - | infeasible (smallest feasible {e.smallest_feasible}) "
-                      f"| | | | |", flush=True)
+                rows.append({"model": name, "budget": str(budget), "order": "-", "status": "infeasible",
+                             "smallest_feasible_bytes": e.smallest_feasible})
                 continue
             times = step_time({k: v[0] for k, v in runs.items()}, repeats=args.repeats, warmup=2,
                               device=args.device)
             for label, (_, peak, predicted) in runs.items():
-                print(f"| {name} | {budget} | {label} | {peak:,} | {predicted:,} | {peak / predicted:.2f} | "
-                      f"{peak / reference:.2f} | {times[label].median_s * 1e3:.2f} |", flush=True)
+                rows.append({"model": name, "budget": str(budget), "order": label, "peak_bytes": peak,
+                             "predicted_bytes": predicted, "measured_over_predicted": peak / predicted,
+                             "fraction_of_no_recompute": peak / reference,
+                             "step_ms": times[label].median_s * 1e3, "status": "ok"})
+    return harness.Result(rows, columns=COLUMNS)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
