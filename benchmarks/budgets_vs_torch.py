@@ -63,7 +63,6 @@ import copy  # noqa: E402
 import functools  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -85,10 +84,9 @@ from remat.bench.measure import error_status, free_memory, peak_memory, step_tim
 from remat.lower.partitioner import RematPartitioner  # noqa: E402
 from remat.plans.budget import activation_bytes, resident_bytes  # noqa: E402
 from remat.bench import harness  # noqa: E402
-from remat.bench.harness import copy_inputs, gradient_bytes, grad_err, held, make_step  # noqa: E402
+from remat.bench.harness import MiB, Run, copy_inputs, fmt as _f, gradient_bytes, grad_err, held, make_step  # noqa: E402
 from remat.zoo.trials import BUDGET_SIZES, Case, budget_case  # noqa: E402
 
-MiB = float(1 << 20)
 DEFAULT_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2)
 QUICK_BUDGETS = (1.0, 0.6, 0.2)
 DEFAULT_MODELS = ("gpt2", "llama", "t5", "cnn")
@@ -121,12 +119,6 @@ torch_partitioners.default_partition = _clocked(torch_partitioners.default_parti
 RematPartitioner.__call__ = _clocked(RematPartitioner.__call__, "partitioner")
 
 
-# -- models: remat.zoo.trials.budget_case ---------------------------------------------------------
-
-SIZES = BUDGET_SIZES
-build = budget_case
-
-
 # -- one method on one model ----------------------------------------------------------------------
 
 @dataclass
@@ -157,14 +149,6 @@ class Row:
     note: str = ""
 
 
-@dataclass
-class Variant:
-    row: Row
-    step: Callable[[], Any] | None = None
-    plans: list = field(default_factory=list)
-    model: nn.Module | None = None
-
-
 def predicted(plans: list) -> tuple[int | None, float | None]:
     """(bytes above what is resident, fraction of the activation memory) the plans predict;
     summed over graphs when a step has several."""
@@ -175,12 +159,12 @@ def predicted(plans: list) -> tuple[int | None, float | None]:
     return above, above / act
 
 
-def run_variant(case: Case, method: str, budget: Any, args, reference: list, reference_graph: list) -> Variant:
+def run_variant(case: Case, method: str, budget: Any, args, reference: list, reference_graph: list) -> Run:
     """Compile (first call), check gradients and measure the peak of one method."""
     label = "-" if budget is None and method in ("eager", "no-recompute") else \
         ("none" if budget is None else (budget if isinstance(budget, str) else f"{budget:.3g}"))
     row = Row(case.name, method, label)
-    v = Variant(row)
+    v = Run(row)
     model = copy.deepcopy(case.model)
     inputs = copy_inputs(case.inputs)
     v.model = model
@@ -256,7 +240,7 @@ def run_variant(case: Case, method: str, budget: Any, args, reference: list, ref
 
 def run_model(name: str, args) -> tuple[Case, list[Row]]:
     size = args.size
-    case = build(name, size, getattr(torch, args.dtype), args.device)
+    case = budget_case(name, size, getattr(torch, args.dtype), args.device)
     print(f"\n### {case.description}\n", flush=True)
     print(f"({sum(p.numel() for p in case.model.parameters()) / 1e6:.2f} M parameters)", flush=True)
     # plain autograd's gradients: the reference
@@ -265,7 +249,7 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
     reference = [None if p.grad is None else p.grad.detach().clone() for p in ref_model.parameters()]
     del ref_model
     reference_graph: list = []
-    variants: list[Variant] = []
+    variants: list[Run] = []
 
     def add(method, budget=None):
         t0 = time.perf_counter()
@@ -300,9 +284,9 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
     for v in variants:
         fractions(v.row)
     # remat at the fraction the knob measured
-    copies: list[tuple[Variant, Variant]] = []  # (a row that reuses a run, that run)
+    copies: list[tuple[Run, Run]] = []  # (a row that reuses a run, that run)
     if args.at_torch_peak != "none" and ref_peak:
-        done: dict[float, Variant] = {}
+        done: dict[float, Run] = {}
         kinds = ((AT_PEAK, "fraction"),)
         for method, attr in kinds:
             for b in args.budgets:
@@ -321,7 +305,7 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
                     row.method, row.budget = method, f"{b:.3g}"
                     row.note = (src.note + "; " if src.note else "") + \
                         f"same run as {src.method} at budget {src.budget}"
-                    variants.append(Variant(row))
+                    variants.append(Run(row))
                     copies.append((variants[-1], done[f]))
                     continue
                 v = add(method, f)
@@ -364,15 +348,12 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
     return case, rows
 
 
-def _find(variants, method, budget) -> Variant | None:
+def _find(variants, method, budget) -> Run | None:
     label = f"{budget:.3g}" if isinstance(budget, float) else str(budget)
     return next((v for v in variants if v.row.method == method and v.row.budget == label), None)
 
 
 # -- report -------------------------------------------------------------------------------------
-
-def _f(x, fmt="{:.2f}", none="-") -> str:
-    return none if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
 
 def table(rows: list[Row]) -> str:
@@ -523,7 +504,7 @@ def _floats(text: str) -> list[float]:
 
 def arguments(ap) -> None:
     ap.add_argument("--quick", action="store_true", help="smoke run: GPT-2 and the CNN, smaller, budgets 1.0,0.6,0.2")
-    ap.add_argument("--models", default=None, help=f"comma-separated, of {','.join(SIZES)} "
+    ap.add_argument("--models", default=None, help=f"comma-separated, of {','.join(BUDGET_SIZES)} "
                     f"(default {','.join(DEFAULT_MODELS)}; --quick: {','.join(QUICK_MODELS)})")
     ap.add_argument("--budgets", default=None, help="comma-separated fractions (default 1.0,0.8,0.6,0.4,0.2)")
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds of the alternating loop")
@@ -554,14 +535,14 @@ def run(args):
     if args.skip - {"eager", "min"}:
         ap.error(f"--skip takes eager and min, not {', '.join(sorted(args.skip - {'eager', 'min'}))}")
     for m in (args.models.split(",") if args.models else []):
-        if m.strip() in SIZES and args.size not in SIZES[m.strip()]:
-            ap.error(f"model {m!r} has no size {args.size!r}; its sizes: {', '.join(SIZES[m.strip()])}")
+        if m.strip() in BUDGET_SIZES and args.size not in BUDGET_SIZES[m.strip()]:
+            ap.error(f"model {m!r} has no size {args.size!r}; its sizes: {', '.join(BUDGET_SIZES[m.strip()])}")
     args.models = [m.strip() for m in args.models.split(",")] if args.models else \
         list(QUICK_MODELS if args.quick else DEFAULT_MODELS)
     args.budgets = _floats(args.budgets) if args.budgets else list(QUICK_BUDGETS if args.quick else DEFAULT_BUDGETS)
     for m in args.models:
-        if m not in SIZES:
-            ap.error(f"unknown model {m!r}; models: {', '.join(SIZES)}")
+        if m not in BUDGET_SIZES:
+            ap.error(f"unknown model {m!r}; models: {', '.join(BUDGET_SIZES)}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("--device cuda, but torch sees no CUDA GPU")
     dynamo_config.recompile_limit = 1024  # every method recompiles the same forward with its own backend
@@ -576,7 +557,7 @@ def run(args):
     args.partial.write_text("")
     meta = {**harness.environment(args.device), "compiler": args.compiler, "dtype": args.dtype, "grads": args.grads,
             "repeats": args.repeats, "budgets": args.budgets, "models": args.models,
-            "size": args.size, "sizes": {m: SIZES[m][args.size] for m in args.models}}
+            "size": args.size, "sizes": {m: BUDGET_SIZES[m][args.size] for m in args.models}}
     print(f"torch {torch.__version__}, {meta['machine']}, compiler {args.compiler}, {args.dtype}, "
           f"device {args.device}, gradients {args.grads}, repeats {args.repeats}, budgets {args.budgets}", flush=True)
     if args.capture:
@@ -616,7 +597,7 @@ def capture(name: str, args, out: Path) -> None:
     ``<name>_knob.json`` (the plans of PyTorch's partitioner under its knob at each budget)."""
     from remat.graph.io import save_graph
 
-    case = build(name, args.size, getattr(torch, args.dtype), args.device)
+    case = budget_case(name, args.size, getattr(torch, args.dtype), args.device)
     plans_by_budget = {}
     for b in [None] + list(args.budgets):
         ctx = contextlib.nullcontext() if b is None else functorch_config.patch(

@@ -84,13 +84,14 @@ are compared once with plain autograd's (max abs difference). A method's failure
 row's status (``InfeasibleBudgetError``: "infeasible" and the smallest feasible budget it
 names; anything else: the error's type and first line); the others go on.
 
-    PYTHONPATH=src python benchmarks/magis_table.py [--quick] [--models resnet50,bert,vit,unet,unetpp,gpt2]
+    python benchmarks/magis_table.py [--quick] [--models resnet50,bert,vit,unet,unetpp,gpt2]
         [--methods magis,magis-nofission,auto,checkmate,torch-knob] [--repeats 5]
         [--compiler eager|inductor] [--time-limit 30] [--out out/magis_table]
 
 Prints one Markdown table per model and a summary against the paper's figures; writes
-``--out``/results.json (every run, every table cell, the settings) and ``rows.jsonl`` (rows as
-they come, so a run cut short keeps what it measured).
+``benchmarks/results/magis_table.json`` (every run; the table cells and the settings in its
+meta; after each model, so a run cut short keeps what it measured), and ``--out``/``tables.md``
+and ``rows.jsonl`` (rows as they come).
 """
 
 from __future__ import annotations
@@ -100,14 +101,11 @@ import os
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
 
-import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import copy  # noqa: E402
-import datetime  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -121,14 +119,15 @@ import torch  # noqa: E402
 import torch._dynamo.config as dynamo_config  # noqa: E402
 import torch._functorch.config as functorch_config  # noqa: E402
 import torch._inductor.config as inductor_config  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import remat  # noqa: E402
 from remat.bench.measure import error_status, free_memory, peak_memory, step_time  # noqa: E402
 from remat.plans.budget import activation_bytes, resident_bytes  # noqa: E402
+from remat.bench import harness  # noqa: E402
+from remat.bench.harness import MiB, Run, copy_inputs, fmt as _f, grad_err, held, make_step  # noqa: E402
+from remat.zoo.trials import MAGIS_SIZES, Case, magis_case  # noqa: E402
 
-MiB = float(1 << 20)
 MODELS = ("resnet50", "bert", "vit", "unet", "unetpp", "gpt2")
 METHODS = ("magis", "magis-nofission", "auto", "checkmate", "torch-knob")
 LATENCY_LIMITS = (0.05, 0.10)  # extra step time
@@ -137,115 +136,6 @@ SWEEP = (1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, "min")
 QUICK_SWEEP = (1.0, 0.8, 0.6, 0.4, 0.2, "min")
 SWEPT = ("auto", "torch-knob")
 PAPER = {"latency10": (0.15, 0.60), "latency5": (0.25, 0.70), "memory80": 0.05, "memory40": 0.15}
-
-
-# -- models -------------------------------------------------------------------------------------
-
-def _double_conv(cin: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
-                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
-
-
-class NestedUNet(nn.Module):
-    """U-Net++ (Zhou et al. 2018), without deep supervision: node ``X[i][j]`` (level ``i``,
-    ``j``-th node of the level) is a double conv (conv-BN-ReLU twice) of the concatenation of
-    every earlier node of its level, ``X[i][0..j-1]`` (the dense skip connections), and the
-    bilinear upsampling of ``X[i+1][j-1]``; ``X[i][0]`` is the encoder (max pool of
-    ``X[i-1][0]``). The output is a 1x1 conv of ``X[0][levels]``. Channels ``base * 2**i``."""
-
-    def __init__(self, base: int = 8, levels: int = 4, in_channels: int = 3, classes: int = 2):
-        super().__init__()
-        c = [base * 2 ** i for i in range(levels + 1)]
-        self.levels = levels
-        self.pool = nn.MaxPool2d(2)
-        self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
-        self.nodes = nn.ModuleDict()
-        for i in range(levels + 1):
-            for j in range(levels + 1 - i):
-                cin = (in_channels if i == 0 else c[i - 1]) if j == 0 else c[i] * j + c[i + 1]
-                self.nodes[f"x{i}_{j}"] = _double_conv(cin, c[i])
-        self.final = nn.Conv2d(c[0], classes, 1)
-
-    def forward(self, x):
-        X: list[list[torch.Tensor]] = [[] for _ in range(self.levels + 1)]
-        X[0].append(self.nodes["x0_0"](x))
-        for i in range(1, self.levels + 1):  # down the encoder; after each level, its diagonal
-            X[i].append(self.nodes[f"x{i}_0"](self.pool(X[i - 1][0])))
-            for j in range(1, i + 1):  # X[i-j][j] needs X[i-j+1][j-1], computed just before
-                lvl = i - j
-                X[lvl].append(self.nodes[f"x{lvl}_{j}"](torch.cat(X[lvl][:j] + [self.up(X[lvl + 1][j - 1])], 1)))
-        return self.final(X[0][self.levels])
-
-
-@dataclass
-class Case:
-    name: str
-    description: str
-    model: nn.Module  # forward(*inputs) -> scalar loss
-    inputs: tuple
-    config: dict = field(default_factory=dict)
-    gradient_bytes: int = 0
-
-
-class WithLoss(nn.Module):
-    """A zoo case's model with its loss: ``forward(*inputs) -> loss``, so that the whole step
-    is one graph."""
-
-    def __init__(self, model: nn.Module, loss: Callable):
-        super().__init__()
-        self.model = model
-        self.loss_fn = loss
-
-    def forward(self, *inputs):
-        return self.loss_fn(self.model(*inputs))
-
-
-class SegmentationLoss(nn.Module):
-    """``forward(x) -> cross-entropy per pixel`` against fixed labels."""
-
-    def __init__(self, net: nn.Module, labels: torch.Tensor):
-        super().__init__()
-        self.net = net
-        self.register_buffer("labels", labels, persistent=False)
-
-    def forward(self, x):
-        return F.cross_entropy(self.net(x), self.labels)
-
-
-# name -> size -> (zoo size, batch) for zoo entries; unetpp: (base, levels, image, batch)
-SIZES: dict[str, dict[str, tuple]] = {
-    "resnet50": {"default": ("small", 4), "quick": ("tiny", 8)},
-    "bert": {"default": ("small", 4), "quick": ("tiny", 8)},
-    "vit": {"default": ("small", 8), "quick": ("tiny", 8)},
-    "unet": {"default": ("small", 4), "quick": ("tiny", 4)},
-    "unetpp": {"default": (8, 4, 64, 2), "quick": (4, 2, 32, 4)},
-    "gpt2": {"default": ("small", 4), "quick": ("tiny", 8)},
-}
-TITLES = {"resnet50": "ResNet-50", "bert": "BERT (MLM)", "vit": "ViT", "unet": "U-Net",
-          "unetpp": "nested U-Net (U-Net++-like)", "gpt2": "GPT-2 (stands in for GPT-Neo)"}
-
-
-def build(name: str, size: str, seed: int = 0) -> Case:
-    cfg = SIZES[name][size]
-    if name == "unetpp":
-        base, levels, image, b = cfg
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            net = NestedUNet(base, levels)
-            x = torch.randn(b, 3, image, image)
-            y = torch.randint(0, 2, (b, image, image))
-        model = SegmentationLoss(net, y).train()
-        desc = (f"{TITLES[name]}: base {base}, {levels} levels, {image}x{image} px, 2 classes, batch {b}")
-        return Case(name, desc, model, (x,), {"base": base, "levels": levels, "image": image, "batch": b})
-    from remat.zoo.registry import build as zoo_build
-
-    zoo_size, b = cfg
-    zc = zoo_build(name, zoo_size, batch=b, seed=seed)
-    model = WithLoss(zc.model, zc.loss).train()
-    shapes = ", ".join("x".join(map(str, s)) for s in zc.input_shapes())
-    desc = f"{TITLES[name]}: zoo {name} {zoo_size}, batch {zc.batch}, inputs {shapes}"
-    return Case(name, desc, model, tuple(zc.inputs), {"zoo_size": zoo_size, "batch": zc.batch,
-                                                      "inputs": zc.input_shapes()})
 
 
 # -- one method at one point ----------------------------------------------------------------------
@@ -280,14 +170,6 @@ class Row:
     note: str = ""
 
 
-@dataclass
-class Variant:
-    row: Row
-    step: Callable[[], Any] | None = None
-    plans: list = field(default_factory=list)
-    model: nn.Module | None = None
-
-
 def _label(method: str, mode: str, value: Any) -> str:
     if mode == "control":
         return "control"
@@ -296,40 +178,6 @@ def _label(method: str, mode: str, value: Any) -> str:
     if mode == "budget":
         return value if isinstance(value, str) else f"{value:g}"
     return "-"
-
-
-def _copy_inputs(inputs: tuple) -> tuple:
-    return tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
-
-
-def make_step(fn: Callable, model: nn.Module, inputs: tuple) -> Callable[[], torch.Tensor]:
-    """Zero the gradients in place (``zero_grad(set_to_none=False)``), forward, backward."""
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def step() -> torch.Tensor:
-        for p in params:
-            if p.grad is not None:
-                p.grad.zero_()
-        loss = fn(*inputs)
-        loss.backward()
-        return loss.detach()
-
-    return step
-
-
-def _grad_err(model: nn.Module, reference: list) -> float | None:
-    errs = []
-    for p, r in zip(model.parameters(), reference):
-        if p.grad is None or r is None:
-            if (p.grad is None) != (r is None):
-                return math.inf
-            continue
-        errs.append(float((p.grad.double() - r.double()).abs().max()))
-    return max(errs, default=0.0)
-
-
-def _held(model: nn.Module, inputs: tuple) -> list[torch.Tensor]:
-    return list(model.parameters()) + list(model.buffers()) + [x for x in inputs if isinstance(x, torch.Tensor)]
 
 
 class Reference:
@@ -394,10 +242,10 @@ def _compile(method: str, mode: str, value: Any, model: nn.Module, common: dict)
     raise ValueError(f"unknown method {method!r}")
 
 
-def run_variant(case: Case, method: str, mode: str, value: Any, args, ref: Reference) -> Variant:
+def run_variant(case: Case, method: str, mode: str, value: Any, args, ref: Reference) -> Run:
     """Compile (first call), check the gradients and measure the peak of one method at one point."""
     row = Row(case.name, method, _label(method, mode, value), mode)
-    v = Variant(row)
+    v = Run(row)
     if method == "checkmate":
         n = ref.stages()
         if n is not None and n > args.checkmate_max_stages:
@@ -405,7 +253,7 @@ def run_variant(case: Case, method: str, mode: str, value: Any, args, ref: Refer
             row.note = f"{n} stages > --checkmate-max-stages {args.checkmate_max_stages}"
             return v
     model = copy.deepcopy(case.model)
-    inputs = _copy_inputs(case.inputs)
+    inputs = copy_inputs(case.inputs)
     v.model = model
     plans: list = v.plans
     common = dict(compiler=args.compiler, cache=False, dynamic=False, time_limit=args.time_limit,
@@ -416,7 +264,7 @@ def run_variant(case: Case, method: str, mode: str, value: Any, args, ref: Refer
         row.status = error_status(e)
         row.note = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-2000:]
         return v
-    step = make_step(fn, model, inputs)
+    step = make_step(fn, model, inputs, "keep")
     t0 = time.perf_counter()
     try:
         with ctx, warnings.catch_warnings(record=True) as caught:
@@ -440,7 +288,7 @@ def run_variant(case: Case, method: str, mode: str, value: Any, args, ref: Refer
                  if issubclass(w.category, remat.RematFallbackWarning)]
     if fallbacks:
         row.note = "fell back: " + "; ".join(dict.fromkeys(fallbacks))
-    row.grad_err = _grad_err(model, ref.grads)
+    row.grad_err = grad_err(model, ref.grads)
     if method != "eager":
         row.graphs = len(plans)
         row.solvers = [str(p.solver) for p in plans]
@@ -459,7 +307,7 @@ def run_variant(case: Case, method: str, mode: str, value: Any, args, ref: Refer
         row.predicted_fraction, row.predicted_ratio = predicted(plans, ref)
     n_plans = len(plans)
     try:
-        pm = peak_memory(step, "cpu", warmup=1, timeline=False, held=_held(model, inputs))
+        pm = peak_memory(step, "cpu", warmup=1, timeline=False, held=held(model, inputs))
         row.peak_bytes = int(pm.peak_bytes)
     except Exception as e:  # noqa: BLE001
         row.status = error_status(e)
@@ -496,16 +344,16 @@ def points(method: str, args) -> list[tuple[str, Any]]:
 
 
 def run_model(name: str, args) -> tuple[Case, list[Row]]:
-    case = build(name, args.size)
+    case = magis_case(name, args.size)
     print(f"\n{case.description} ({sum(p.numel() for p in case.model.parameters()) / 1e6:.2f} M parameters): "
           "running", file=sys.stderr, flush=True)
     ref_model = copy.deepcopy(case.model)
-    ref_model(*_copy_inputs(case.inputs)).backward()
+    ref_model(*copy_inputs(case.inputs)).backward()
     ref = Reference([None if p.grad is None else p.grad.detach().clone() for p in ref_model.parameters()])
     del ref_model
-    variants: list[Variant] = []
+    variants: list[Run] = []
 
-    def add(method: str, mode: str = "-", value: Any = None) -> Variant:
+    def add(method: str, mode: str = "-", value: Any = None) -> Run:
         t0 = time.perf_counter()
         v = run_variant(case, method, mode, value, args, ref)
         variants.append(v)
@@ -664,9 +512,6 @@ def cells(rows: list[Row], methods: list[str]) -> list[dict]:
 
 # -- report -------------------------------------------------------------------------------------
 
-def _f(x, fmt="{:.2f}", none="-") -> str:
-    return none if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
-
 
 def _pct(ratio: float | None) -> str:
     return "-" if ratio is None else f"{(ratio - 1) * 100:+.1f}%"
@@ -812,8 +657,7 @@ def _sweep(text: str) -> list:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {','.join(MODELS)}")
     ap.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {','.join(METHODS)}")
     ap.add_argument("--quick", action="store_true",
@@ -835,9 +679,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-control", dest="control", action="store_false",
                     help="leave out the control row (a second no-recompute copy, timed like the others: "
                          "its ratio to the first shows the timing noise)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: stable timings on a shared CPU)")
-    ap.add_argument("--out", default="out/magis_table")
-    args = ap.parse_args(argv)
+    ap.set_defaults(threads=1)  # stable timings on a shared CPU
+    ap.add_argument("--out", default="out/magis_table", help="tables.md and rows.jsonl (rows as they come)")
+
+
+def run(args):
+    ap = args.parser
     args.size = args.size or ("quick" if args.quick else "default")
     args.repeats = args.repeats or (3 if args.quick else 5)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -853,7 +700,6 @@ def main(argv: list[str] | None = None) -> int:
         if b not in sweep:
             sweep.append(b)
     args.sweep = sorted(sweep, key=lambda b: -1.0 if b == "min" else b, reverse=True)
-    torch.set_num_threads(args.threads)
     dynamo_config.recompile_limit = 1024  # every run recompiles the same forward with its own backend
     dynamo_config.accumulated_recompile_limit = 1 << 16
     inductor_config.fx_graph_cache = False
@@ -862,13 +708,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     args.partial = out / "rows.jsonl"
     args.partial.write_text("")
-    meta = {"command": " ".join(["benchmarks/magis_table.py"] + (argv if argv is not None else sys.argv[1:])),
-            "date": datetime.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__,
-            "python": platform.python_version(), "remat_commit": _git_head(),
-            "machine": f"{platform.machine()} {os.cpu_count()} cpus, {torch.get_num_threads()} threads",
-            "compiler": args.compiler, "repeats": args.repeats, "time_limit": args.time_limit,
+    meta = {**harness.environment("cpu"), "compiler": args.compiler, "repeats": args.repeats, "time_limit": args.time_limit,
             "sweep": args.sweep, "models": args.models, "methods": args.methods, "size": args.size,
-            "sizes": {m: SIZES[m][args.size] for m in args.models},
+            "sizes": {m: MAGIS_SIZES[m][args.size] for m in args.models},
             "checkmate_max_stages": args.checkmate_max_stages, "paper": PAPER}
     print(f"torch {torch.__version__}, {meta['machine']}, compiler {args.compiler}, float32, cpu, "
           f"repeats {args.repeats}, time limit {args.time_limit:g} s, sweep {args.sweep}, "
@@ -909,25 +751,18 @@ def main(argv: list[str] | None = None) -> int:
         meta["descriptions"] = descriptions
         meta["seconds"] = seconds
         meta["total_seconds"] = time.perf_counter() - t_start
-        (out / "results.json").write_text(json.dumps({"meta": meta, "rows": all_rows, "cells": all_cells},
-                                                      indent=1, default=str))
+        harness.write_rows(harness.output_path(args, __file__), all_rows, {**meta, "cells": all_cells}, script="magis_table")
         (out / "tables.md").write_text("\n\n".join(md) + "\n")
     text = summary(all_cells, args.models, args.methods)
     print("\n## Against the paper (MAGIS Figs. 9-10; fractions of no-recompute's peak above the step's start)\n")
     print(text)
     (out / "tables.md").write_text("\n\n".join(md) + "\n\n## Against the paper\n\n" + text + "\n")
-    print(f"\nwrote {out / 'results.json'}, {out / 'tables.md'} ({time.perf_counter() - t_start:.0f} s in all)")
-    return 0
+    print(f"\nwrote {out / 'tables.md'} ({time.perf_counter() - t_start:.0f} s in all)")
+    return harness.Result(all_rows, {**meta, "cells": all_cells}, printed=True)
 
 
-def _git_head() -> str | None:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        return None
+def main(argv: list[str] | None = None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

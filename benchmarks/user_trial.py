@@ -88,8 +88,7 @@ def arguments(ap) -> None:
 
 def run(args):
     t = USER_TRIALS[args.model]
-    if args.results == str(harness.results_path(__file__)):
-        args.results = str(harness.results_dir(__file__) / f"user_trial_{args.model}.json")
+    args.results_stem = f"user_trial_{args.model}"
     print(f"{t.title}; threads: {torch.get_num_threads()}")
     inputs = t.inputs()
     first, reference = row("knob", 1.0, inputs, None, t.build, t.make)

@@ -11,7 +11,8 @@ into one *row* (a flat dict). The harness owns:
   settings and :func:`environment`), :func:`read_rows` reads them back;
 - tables: :func:`rich_table` (console) and :func:`markdown_table` (BENCHMARKS.md), over any
   columns of the rows;
-- a training step and what is measured of it: :func:`make_step`, :func:`copy_inputs`,
+- a training step and what is measured of it: ``make_step``, ``copy_inputs`` (from
+  :mod:`remat.zoo.trials`, re-exported),
   :func:`held`, :func:`grad_err`, :func:`gradient_bytes`; peaks and step times come from
   :mod:`remat.bench.measure` (:func:`measure_peak`, :func:`time_ratios`);
 - the matrix: :func:`matrix` runs ``measure(case, variant)`` for every pair and collects rows,
@@ -58,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from remat.zoo.trials import Case  # noqa: E402 - one model and its inputs (re-exported)
+from remat.zoo.trials import Case, copy_inputs, make_step  # noqa: E402, F401 - re-exported: a case, a training step
 
 RESULTS_FORMAT = "remat.bench.harness"
 RESULTS_VERSION = 1
@@ -73,6 +74,17 @@ class Variant:
 
     name: str
     options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    """One variant of one case once compiled: its row, its step (None when it failed), the
+    plans it made and its model."""
+
+    row: Any
+    step: Callable[[], Any] | None = None
+    plans: list = field(default_factory=list)
+    model: Any = None
 
 
 def as_row(x: Any) -> dict:
@@ -111,31 +123,6 @@ def matrix(cases: Iterable[Case], variants: Sequence[Variant],
 
 
 # -- a training step and what is measured of it ----------------------------------------------------
-
-
-def copy_inputs(inputs: tuple) -> tuple:
-    """Fresh copies of the input tensors (``requires_grad`` kept), so each method gets its own."""
-    return tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
-
-
-def make_step(fn: Callable, model, inputs: tuple, grads: str = "keep") -> Callable[[], Any]:
-    """A training step: gradients zeroed in place (``grads="keep"``:
-    ``zero_grad(set_to_none=False)``) or set to None (``grads="none"``), then
-    ``fn(*inputs).backward()``; returns the detached loss."""
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def step():
-        for p in params:
-            if p.grad is not None:
-                if grads == "keep":
-                    p.grad.zero_()
-                else:
-                    p.grad = None
-        loss = fn(*inputs)
-        loss.backward()
-        return loss.detach()
-
-    return step
 
 
 def held(model, inputs: tuple = ()) -> list:
@@ -286,6 +273,11 @@ def read_rows(path: str | Path) -> tuple[dict, list[dict]]:
 # -- tables ------------------------------------------------------------------------------------
 
 
+def fmt(x: Any, spec: str = "{:.2f}", none: str = "-") -> str:
+    """``spec.format(x)``, or ``none`` for None and NaN."""
+    return none if x is None or (isinstance(x, float) and math.isnan(x)) else spec.format(x)
+
+
 def cell(x: Any, fmt: str = "{:.2f}", none: str = "-") -> str:
     """A table cell: floats through ``fmt``, None and NaN as ``none``."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -345,15 +337,24 @@ def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None, titl
 def parser(script: str | Path, doc: str | None = None) -> argparse.ArgumentParser:
     """The script's argument parser, with the harness's options: ``--results PATH`` (default
     ``benchmarks/results/<script>.json``), ``--no-results`` and ``--threads``."""
-    first = (doc or "").strip().split("\n")[0]
+    first = " ".join((doc or "").strip().split("\n\n")[0].split())
     ap = argparse.ArgumentParser(prog=Path(script).name, description=first,
                                  epilog=f"Writes its rows to {_display(results_path(script))} (--results).")
     g = ap.add_argument_group("harness")
-    g.add_argument("--results", default=str(results_path(script)),
-                   help="where the JSON rows go (default: %(default)s)")
+    g.add_argument("--results", default=None,
+                   help=f"where the JSON rows go (default: {_display(results_path(script))}; a script "
+                        "may name its file after a setting, as user_trial.py after --model)")
     g.add_argument("--no-results", action="store_true", help="print only; write no results file")
     g.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     return ap
+
+
+def output_path(args: argparse.Namespace, script: str | Path) -> Path:
+    """Where the script's rows go: ``--results``, else ``benchmarks/results/<stem>.json`` (the
+    script's stem, or ``args.results_stem`` when the script set one)."""
+    if args.results:
+        return Path(args.results)
+    return results_dir(script) / f"{getattr(args, 'results_stem', None) or Path(script).stem}.json"
 
 
 def _display(p: Path) -> str:
@@ -378,14 +379,20 @@ class Result:
 def main(script: str | Path, run: Callable[[argparse.Namespace], Any],
          arguments: Callable[[argparse.ArgumentParser], None] | None = None,
          argv: Sequence[str] | None = None, *, doc: str | None = None,
-         columns: Sequence[str] | None = None) -> int:
+         columns: Sequence[str] | None = None, passthrough: bool = False) -> int:
     """Parse ``argv`` with :func:`parser` plus the script's ``arguments(ap)``, call
     ``run(args)`` (rows, or a :class:`Result`), print a table of the rows and write them to
-    ``--results``. Returns the exit status (0; ``run`` may return an int to exit early)."""
+    ``--results``. Returns the exit status (0; ``run`` may return an int to exit early).
+    ``passthrough``: arguments the parser does not know go to ``args.rest`` (a driver of
+    another command line)."""
     ap = parser(script, doc)
     if arguments is not None:
         arguments(ap)
-    args = ap.parse_args(list(argv) if argv is not None else None)
+    if passthrough:
+        args, rest = ap.parse_known_args(list(argv) if argv is not None else None)
+        args.rest = rest
+    else:
+        args = ap.parse_args(list(argv) if argv is not None else None)
     args.parser = ap
     if getattr(args, "threads", None):
         import torch
@@ -400,11 +407,12 @@ def main(script: str | Path, run: Callable[[argparse.Namespace], Any],
     if not res.printed and rows:
         print_table(rows, res.columns or columns, res.title or Path(script).stem)
     if not args.no_results:
-        settings = {k: v for k, v in vars(args).items() if k not in ("results", "no_results")}
+        settings = {k: v for k, v in vars(args).items()
+                    if k not in ("results", "no_results", "parser", "results_stem")}
         device = getattr(args, "device", "cpu")
         cmd = " ".join(["python", f"benchmarks/{Path(script).name}"] +
                        list(argv if argv is not None else sys.argv[1:]))
-        path = write_rows(args.results, rows, {**environment(device), "args": settings, **res.meta},
+        path = write_rows(output_path(args, script), rows, {**environment(device), "args": settings, **res.meta},
                           script=Path(script).stem, command=cmd)
         print(f"wrote {len(rows)} rows to {_display(path)}")
     return 0
