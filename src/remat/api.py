@@ -10,11 +10,13 @@ import torch
 
 from .errors import OptionError, RematBudgetWarning
 from .lower.backend import RematBackend
-from .lower.options import COMPILERS, Options
+from .lower.options import COMPILERS, NAMES, Options
 from .plans.plan import Plan
 from .solvers import DEFAULT_TIME_LIMIT
 
 _TORCH_COMPILE = ("fullgraph", "dynamic", "mode", "options", "disable")
+_REMAT_OPTIONS = (*NAMES, "max_overhead")
+"""remat's keywords of :func:`compile`, as documented (an unknown one lists them)."""
 
 
 def compile(model: Callable, *, solver: str = "auto", budget: str | float | None = None,
@@ -86,7 +88,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     """
     if unknown:
         raise OptionError(f"remat.compile got unknown option {', '.join(map(repr, sorted(unknown)))}; "
-                          f"remat's options: {', '.join(Options.__dataclass_fields__)}; "
+                          f"remat's options: {', '.join(_REMAT_OPTIONS)}; "
                           f"torch.compile's: {', '.join(_TORCH_COMPILE)}")
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
                               compiler=compiler,

@@ -1,19 +1,22 @@
 """remat's options for a compiled training step, read and checked once (no torch).
 
-``remat.compile``, the ``"remat"`` dynamo backend and the benchmarks all build their
-:class:`Options` here, so each accepts the same names and refuses the same mistakes with the
-same message: an unknown option lists the valid ones, an unknown solver lists the solvers, a
-budget remat cannot read says what to write.
+``remat.compile``, ``remat.plan``, the ``"remat"`` dynamo backend and the benchmarks all build
+their :class:`Options` here, so each accepts the same names and refuses the same mistakes with
+the same message: an unknown option lists the valid ones, an unknown solver lists the solvers,
+a budget remat cannot read says what to write. The solver's settings are read once, into the
+:class:`~remat.solvers.request.Request` that every graph's solve is passed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import OptionError
 from ..plans.budget import Budget
-from ..solvers import DEFAULT_TIME_LIMIT, check_options, check_time_limit
+from ..solvers.registry import DEFAULT_TIME_LIMIT, request
+from ..solvers.request import Request
 
 COMPILERS = ("inductor", "eager")
 """``inductor`` compiles kernels; ``eager`` runs the same partitioned graphs op by op (no
@@ -26,17 +29,17 @@ OUTPUTS = ("kept", "dropped")
 
 @dataclass(frozen=True)
 class Options:
-    """How remat plans each graph of a step. ``on_plan(graph, plan)`` is called for every
-    graph remat plans (not on a compile-cache hit, where nothing is planned). ``cache``: look
-    plans up in, and store them in, remat's plan cache (:mod:`remat.plans.cache`).
-    ``verbose``: show each planning stage on the terminal (does not change the plans)."""
+    """How remat plans each graph of a step: the solve's :class:`~remat.solvers.request.Request`
+    (solver, budget, time limit, the solver's options; read and checked once, by
+    :meth:`create`, and passed down to every graph's solve) and what lowering decides.
+    ``on_plan(graph, plan)`` is called for every graph remat plans (not on a compile-cache hit,
+    where nothing is planned). ``cache``: look plans up in, and store them in, remat's plan
+    cache (:mod:`remat.plans.cache`). ``verbose``: show each planning stage on the terminal
+    (does not change the plans)."""
 
-    solver: str = "auto"
-    budget: Budget | None = None
-    time_limit: float | None = DEFAULT_TIME_LIMIT
+    request: Request = field(default_factory=lambda: Request("auto", time_limit=DEFAULT_TIME_LIMIT))
     strict: bool = False
     compiler: str = "inductor"
-    solver_options: Mapping[str, Any] = field(default_factory=dict)
     on_plan: Callable[..., Any] | None = None
     cache: bool = True
     verbose: bool = False
@@ -53,27 +56,47 @@ class Options:
     ``remat.compile`` would. Not a user option."""
 
     @property
+    def solver(self) -> str:
+        return self.request.solver
+
+    @property
+    def budget(self) -> Budget | None:
+        return self.request.budget
+
+    @property
+    def time_limit(self) -> float | None:
+        return self.request.time_limit
+
+    @property
+    def solver_options(self) -> Mapping[str, Any]:
+        return self.request.options
+
+    @property
     def planned_compiler(self) -> str:
         """The compiler the plans assume (its memory model): ``plans_for`` or ``compiler``."""
         return self.plans_for or self.compiler
 
     @classmethod
-    def create(cls, **kwargs: Any) -> "Options":
-        """Checked options from keyword arguments (``budget`` may be text or a number)."""
+    def create(cls, *, solver: str = "auto", budget: Any = None, time_limit: Any = DEFAULT_TIME_LIMIT,
+               solver_options: Any = None, **kwargs: Any) -> "Options":
+        """Checked options from keyword arguments (``budget`` may be text or a number): the
+        budget is read here, once, and the solver's settings become the one
+        :class:`~remat.solvers.request.Request` the layers below pass down."""
         unknown = sorted(set(kwargs) - set(NAMES))
         if unknown:
             raise OptionError(f"unknown remat option {', '.join(map(repr, unknown))}; remat's options: "
                               f"{', '.join(NAMES)}")
         o = cls(**kwargs)
-        budget = None if o.budget is None else Budget.parse(o.budget)
+        parsed = None if budget is None else Budget.parse(budget)
         if not isinstance(o.strict, bool):
             raise OptionError(f"strict must be True or False, not {o.strict!r}")
         if o.compiler not in COMPILERS:
             raise OptionError(f"unknown compiler {o.compiler!r}; use one of {', '.join(COMPILERS)}")
         if o.on_plan is not None and not callable(o.on_plan):
             raise OptionError(f"on_plan must be a function on_plan(graph, plan), not {o.on_plan!r}")
-        if not isinstance(o.solver_options, Mapping):
-            raise OptionError(f"solver_options must be a dict of the solver's options, not {o.solver_options!r}")
+        solver_options = {} if solver_options is None else solver_options
+        if not isinstance(solver_options, Mapping):
+            raise OptionError(f"solver_options must be a dict of the solver's options, not {solver_options!r}")
         if not isinstance(o.verbose, bool):
             raise OptionError(f"verbose must be True or False, not {o.verbose!r}")
         if not isinstance(o.cache, bool):
@@ -88,10 +111,9 @@ class Options:
         if o.bandwidth is not None and (isinstance(o.bandwidth, bool) or not isinstance(o.bandwidth, (int, float))
                                         or not o.bandwidth > 0):
             raise OptionError(f"bandwidth must be the host link's bytes per second (25e9), not {o.bandwidth!r}")
-        check_options(o.solver, dict(o.solver_options), budget)
-        return cls(o.solver, budget, check_time_limit(o.time_limit), o.strict, o.compiler,
-                   dict(o.solver_options), o.on_plan, o.cache, o.verbose, o.outputs, o.offload,
-                   None if o.bandwidth is None else float(o.bandwidth))
+        req = request(solver, budget=parsed, time_limit=time_limit, options=solver_options, on_graphs=False)
+        return dataclasses.replace(o, request=req,
+                                   bandwidth=None if o.bandwidth is None else float(o.bandwidth))
 
     def key(self) -> str:
         """What decides the plans (the callback does not): for compile caches."""
@@ -104,3 +126,4 @@ class Options:
 
 NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan", "cache",
          "verbose", "outputs", "offload", "bandwidth")
+"""remat's options, as ``remat.compile`` and the ``"remat"`` backend take them."""

@@ -28,10 +28,11 @@ from ..capture.to_graph import graph_from_joint
 from ..errors import (InfeasibleBudgetError, PlanError, RematBudgetWarning, RematError,
                       RematFallbackWarning, RematOffloadWarning, UnsupportedGraphError)
 from ..cost.model import constant_bytes, default_cost_model
-from ..plans.budget import REFERENCE_SAVED, TORCH_HEADROOM, format_bytes
+from ..plans.budget import REFERENCE_SAVED, TORCH_HEADROOM, Budget, format_bytes
 from ..plans.cache import source_hash
 from ..plans.step import StepBudget
 from ..solvers.cached import cached_solve
+from ..solvers.request import Request
 from ..plans.plan import Plan
 from ..solvers import info
 from ..solvers.feasible import staged_schedules_run_as_planned
@@ -177,31 +178,29 @@ class RematPartitioner(CustomPartitionerFn):
         (:meth:`_split`); where that fails, the graph is planned again without fission, with a
         warning (strict mode raises)."""
         o = self.options
-        options = dict(o.solver_options)
         step = self.step
         share = step.share(graph, constant_bytes(graph)) if o.budget is not None else None
         if share is None:
             budget, headroom = None, 0.0
         elif o.budget.kind == "min":
-            budget, headroom = "min", 0.0
+            budget, headroom = Budget.least(), 0.0
         else:
-            budget, headroom = max(1, share), TORCH_HEADROOM if o.budget.kind == "bytes" else 0.0
+            budget, headroom = Budget.of_bytes(max(1, share)), TORCH_HEADROOM if o.budget.kind == "bytes" else 0.0
 
-        solver, options = self._solver_for(graph, options)
+        req = self._solver_for(graph, o.request)  # the request made once at the API
 
         def solve_within(budget, headroom):
             shows = shown(f"remat: planning {graph.name} ({len(graph)} nodes)") if o.verbose \
                 else contextlib.nullcontext()
             with shows:
-                return cached_solve(graph, solver, budget=budget, time_limit=o.time_limit,
-                                    headroom=headroom, cache=o.cache, **options)
+                return cached_solve(graph, req.within(budget, headroom), cache=o.cache)
 
         try:
             plan = solve_within(budget, headroom)
         except InfeasibleBudgetError as e:
             if step.may_refuse(graph):
                 raise
-            plan = solve_within("min", 0.0)
+            plan = solve_within(Budget.least(), 0.0)
             if not step.refuse_later(graph, e):  # else the step's forward decides (StepBudget.verdict)
                 warnings.warn(
                     f"graph {graph.name!r} (graph {len(step.graphs) + 1} of its step) cannot meet its "
@@ -217,8 +216,8 @@ class RematPartitioner(CustomPartitionerFn):
                     raise
                 _warn_once(f"remat could not split {graph.name!r} as planned ({e}); planning it "
                            "without fission")
-                options["fission"] = False
-                plan = solve_within(budget if plan.feasible or budget is None else "min", headroom)
+                req = req.using(options={**req.options, "fission": False})
+                plan = solve_within(budget if plan.feasible or budget is None else Budget.least(), headroom)
         if o.budget is not None:
             # the budget asked for the step; budget_bytes is this graph's share of it
             plan.options["budget"] = o.budget.text
@@ -227,20 +226,19 @@ class RematPartitioner(CustomPartitionerFn):
         self._warn_if_staged(graph)
         return joint, plan
 
-    def _solver_for(self, graph, options: dict) -> tuple[str, dict]:
-        """The solver asked for and its options, or ``auto`` where that solver offloads by
-        design and plans of ``graph`` may not offload (with one warning; strict mode raises
-        instead)."""
-        solver = self.options.solver
+    def _solver_for(self, graph, req: Request) -> Request:
+        """The request asked for, or one for ``auto`` where its solver offloads by design and
+        plans of ``graph`` may not offload (with one warning; strict mode raises instead)."""
+        solver = req.solver
         allowed, why = offload_allowed(graph)
         if allowed or solver not in OFFLOADING_SOLVERS:
-            return solver, options
+            return req
         if self.options.strict:
             raise RematError(f"solver {solver!r} offloads, and this step may not: {why} "
                              "(strict=True: no fallback; use another solver or offload=True)")
         _warn_once(f"solver {solver!r} offloads, and this step may not ({why}); remat plans it "
                    "with 'auto', without offloading, instead", RematOffloadWarning)
-        return "auto", {k: v for k, v in options.items() if k in info("auto").options}
+        return req.using("auto", {k: v for k, v in req.options.items() if k in info("auto").options})
 
     def _split(self, joint, plan: Plan, reference, num_fwd_outputs: int, static):
         """The joint graph with the plan's fissions unrolled (:mod:`remat.lower.fission`),

@@ -100,6 +100,17 @@ class Budget:
         return cls._bytes(value, text)
 
     @classmethod
+    def of_bytes(cls, n: int) -> "Budget":
+        """``n`` bytes, as a layer that already holds them in bytes makes a budget (a graph's
+        share of a step's): nothing to read, and 1 is one byte, not a fraction."""
+        return cls("bytes", float(int(n)), str(int(n)))
+
+    @classmethod
+    def least(cls) -> "Budget":
+        """``"min"``: the least memory remat can reach."""
+        return cls("min", 0.0, "min")
+
+    @classmethod
     def _bytes(cls, value: float, text: str) -> "Budget":
         if value < 1:
             raise BudgetError(f"budget {text!r} is less than one byte: {_HOW}")

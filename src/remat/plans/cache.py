@@ -200,7 +200,7 @@ def cache_key(graph: Graph, solver: str, *, budget: Budget | str | float | None 
     """The key of the plan ``solve(graph, solver, budget=..., ...)`` makes (see the module's
     docstring for what it covers). Raises :class:`Uncacheable` for an option with no JSON
     form, and :class:`~remat.errors.BudgetError` for a budget remat cannot read."""
-    parsed = None if budget is None else Budget.parse(budget)
+    parsed = budget if budget is None or isinstance(budget, Budget) else Budget.parse(budget)
     cm = cost_model or default_cost_model(graph)
     return _sha256({
         "format": CACHE_FORMAT, "version": CACHE_VERSION, "planner": planner_fingerprint(),

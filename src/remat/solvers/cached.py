@@ -23,49 +23,39 @@ from ..graph.graph import Graph
 from ..plans.budget import Budget
 from ..plans.cache import PlanCache, Uncacheable, cache_key, resolve
 from ..plans.plan import Plan
-from .registry import DEFAULT_TIME_LIMIT, check_options, check_time_limit, solve
+from .registry import DEFAULT_TIME_LIMIT, as_request, solve
+from .request import Request
 
 
-def cached_solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | None = None,
+def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str | float | None = None,
                  cost_model: CostModel | None = None, time_limit: float | None = DEFAULT_TIME_LIMIT,
                  headroom: float = 0.0, cache: "PlanCache | str | os.PathLike | bool | None" = True,
                  **options: Any) -> Plan:
     """:func:`~remat.solvers.registry.solve`, through the cache (:mod:`remat.plans.cache`): a plan stored for the same graph and
     options is loaded and judged by the simulator as a fresh one would be; otherwise the
-    solver runs and its plan is stored. ``plan.details["cache"]`` says ``"hit"`` or
+    solver runs and its plan is stored. ``solver`` may be a
+    :class:`~remat.solvers.request.Request` (the settings checked once, upstream) instead of a
+    name and settings. ``plan.details["cache"]`` says ``"hit"`` or
     ``"miss"`` (``"off"`` without a cache); on a hit ``solve_seconds`` is the time the lookup
     took and ``details["cached_solve_seconds"]`` the original solve's. An infeasible budget
     raises as :func:`~remat.solvers.solve` does and nothing is stored."""
+    req = as_request(solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
+                     headroom=headroom, options=options)
     store = resolve(cache)
     key = None
     if store is not None:
-        check_options(solver, options, budget)  # an unknown option raises, hit or miss
-        time_limit = check_time_limit(time_limit)
         t0 = time.perf_counter()
-        cm = cost_model or default_cost_model(graph)
+        cm = req.cost_model_for(graph)
         try:
-            key = cache_key(graph, solver, budget=budget, cost_model=cm, time_limit=time_limit,
-                            headroom=headroom, options=options)
+            key = cache_key(graph, req.solver, budget=req.budget, cost_model=cm, time_limit=req.time_limit,
+                            headroom=req.headroom, options=req.options)
         except Uncacheable:
             key = None
         if key is not None:
-            parsed = None if budget is None else Budget.parse(budget)
-            bounded = parsed is not None and parsed.kind in ("bytes", "fraction")
-            limit = parsed.planned_bytes(graph, headroom) if bounded else None
-            plan = store.get(key, graph, budget=limit, cost_model=cm)
+            plan = _hit(graph, req, store, key, cm, t0)
             if plan is not None:
-                plan.details["cached_solve_seconds"] = plan.solve_seconds
-                plan.solve_seconds = time.perf_counter() - t0
-                if parsed is not None:
-                    # as solve() reports it; "min" asks for the least peak, which is the plan's
-                    asked = parsed.bytes_for(graph) if bounded else plan.peak_bytes
-                    limit = limit if bounded else plan.peak_bytes
-                    plan.budget = limit
-                    plan.options.update(budget=parsed.text, budget_bytes=asked, planned_bytes=limit)
-                plan.details.update(cache="hit", cache_file=str(store.path(key)))
                 return plan
-    plan = solve(graph, solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
-                 headroom=headroom, **options)
+    plan = solve(graph, req)
     if key is None:
         plan.details["cache"] = "off"
         return plan
@@ -77,6 +67,23 @@ def cached_solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | f
     return plan
 
 
+def _hit(graph: Graph, req: Request, store: PlanCache, key: str, cm: CostModel, t0: float) -> Plan | None:
+    """The plan stored under ``key``, reported as :func:`~remat.solvers.registry.solve` reports
+    a fresh one, or None."""
+    limit = req.planned_bytes(graph) if req.bounded else None
+    plan = store.get(key, graph, budget=limit, cost_model=cm)
+    if plan is None:
+        return None
+    plan.details["cached_solve_seconds"] = plan.solve_seconds
+    plan.solve_seconds = time.perf_counter() - t0
+    if req.budget is not None:
+        # as solve() reports it; "min" asks for the least peak, which is the plan's
+        asked = req.asked_bytes(graph) if req.bounded else plan.peak_bytes
+        limit = limit if req.bounded else plan.peak_bytes
+        plan.budget = limit
+        plan.options.update(budget=req.budget.text, budget_bytes=asked, planned_bytes=limit)
+    plan.details.update(cache="hit", cache_file=str(store.path(key)))
+    return plan
 
 
 __all__ = ["cached_solve"]

@@ -2,8 +2,10 @@
 
 Every solver is a function ``fn(graph, *, budget=None, cost_model=None, time_limit=None,
 **options) -> Plan`` registered here with its name, its family and whether it takes a budget
-(``budget`` reaches it in bytes). :func:`solve` is how everything else calls one: it parses
-and resolves the budget once, checks the options against the solver's own, runs it, and
+(``budget`` reaches it in bytes). :func:`request` reads the budget and checks the options
+against the solver's own, once, into a :class:`~remat.solvers.request.Request` that the
+layers pass down. :func:`solve` is how everything else calls a solver: it takes a request
+(or makes one), resolves its budget in bytes for the graph, runs the solver, and
 replays the plan's schedule in the simulator before returning it (a valid schedule, within
 the budget), whatever the solver; a plan that does not fit raises
 :class:`~remat.errors.InfeasibleBudgetError`. The PyTorch partitioners (``torch-mincut``,
@@ -18,7 +20,7 @@ import inspect
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..cost.model import CostModel, constant_bytes, default_cost_model
 from ..errors import InfeasibleBudgetError, OptionError, PlanError
@@ -26,6 +28,7 @@ from ..graph.graph import Graph
 from ..plans.budget import Budget, format_bytes
 from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .feasible import smallest_feasible, staged_schedules_run_as_planned
+from .request import Request
 
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds a solver may search, per graph, unless told otherwise (API, CLI and bench alike)."""
@@ -118,6 +121,14 @@ def check_options(name: str, options: dict[str, Any], budget: Any = None) -> Sol
     return s
 
 
+def on_a_graph(s: SolverInfo) -> SolverInfo:
+    """``s``, if it runs on a Graph; :class:`OptionError` for PyTorch's partitioners."""
+    if not s.runs_on_graphs:
+        raise OptionError(f"solver {s.name!r} is PyTorch's own partitioner: it runs on captured "
+                          "PyTorch graphs (remat.compile / remat.plan on a model), not on a Graph")
+    return s
+
+
 def check_time_limit(time_limit: float | None) -> float | None:
     if time_limit is None:
         return None
@@ -128,7 +139,26 @@ def check_time_limit(time_limit: float | None) -> float | None:
     return float(time_limit)
 
 
-def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | None = None,
+def request(solver: str = "auto", *, budget: Budget | str | float | None = None,
+            time_limit: float | None = DEFAULT_TIME_LIMIT, headroom: float = 0.0,
+            cost_model: CostModel | None = None, options: Mapping[str, Any] | None = None,
+            on_graphs: bool = True) -> Request:
+    """The :class:`~remat.solvers.request.Request` for these settings, checked once: the
+    solver and its ``options`` (:func:`check_options`), that it runs on a Graph (``on_graphs``;
+    False where PyTorch's partitioners may run too, on captured graphs), the time limit, and
+    the budget, read by :meth:`Budget.parse <remat.plans.budget.Budget.parse>` (a parsed
+    :class:`~remat.plans.budget.Budget` is taken as it is). Raises
+    :class:`~remat.errors.OptionError` or :class:`~remat.errors.BudgetError`."""
+    options = dict(options or {})
+    s = check_options(solver, options, budget)
+    if on_graphs:
+        on_a_graph(s)
+    time_limit = check_time_limit(time_limit)
+    parsed = budget if budget is None or isinstance(budget, Budget) else Budget.parse(budget)
+    return Request(solver, parsed, time_limit, options, headroom, cost_model)
+
+
+def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str | float | None = None,
           cost_model: CostModel | None = None, time_limit: float | None = DEFAULT_TIME_LIMIT,
           headroom: float = 0.0, **options: Any) -> Plan:
     """Plan ``graph`` with ``solver``; returns a judged :class:`~remat.plans.Plan`.
@@ -137,6 +167,8 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
     recomputation (``0.6``) or ``"min"`` (the least peak the solver reaches), read by
     :class:`~remat.plans.budget.Budget`; ``headroom``: the share of a byte
     budget left free (:data:`~remat.plans.budget.TORCH_HEADROOM` on a real training step).
+    ``solver`` may instead be a :class:`~remat.solvers.request.Request` made by
+    :func:`request` (with no other keyword): a layer that holds one passes it down as it is.
     Raises :class:`~remat.errors.InfeasibleBudgetError` (with the smallest feasible budget
     found) when the plan does not fit, :class:`~remat.errors.OptionError` for an unknown
     solver or option, :class:`~remat.errors.PlanError` when the solver returns an invalid
@@ -149,17 +181,14 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
     >>> p.status, p.recomputes
     ('optimal', 0)
     """
-    s = check_options(solver, options, budget)
-    if not s.runs_on_graphs:
-        raise OptionError(f"solver {solver!r} is PyTorch's own partitioner: it runs on captured "
-                          "PyTorch graphs (remat.compile / remat.plan on a model), not on a Graph")
-    time_limit = check_time_limit(time_limit)
-    cm = cost_model or default_cost_model(graph)
-    parsed = None if budget is None else Budget.parse(budget)
-    asked = None if parsed is None else parsed.bytes_for(graph)
-    limit = None if parsed is None else parsed.planned_bytes(graph, headroom)
+    req = as_request(solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
+                     headroom=headroom, options=options)
+    s = on_a_graph(info(req.solver))
+    cm = req.cost_model_for(graph)
+    parsed, time_limit = req.budget, req.time_limit
+    asked, limit = req.asked_bytes(graph), req.planned_bytes(graph)
     t0 = time.perf_counter()
-    plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=time_limit, **options)
+    plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=time_limit, **req.options)
     if parsed is not None and parsed.kind == "min" and plan.peak_bytes is not None \
             and plan.status != "invalid":
         asked = limit = plan.peak_bytes  # the least peak found is the budget asked for
@@ -170,7 +199,7 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
         # already judged against this budget, as judged() does, is not replayed again)
         plan.judge(limit, cm)
         if plan.status == "invalid":
-            raise PlanError(f"{solver} returned an invalid schedule for {graph.name!r}: {plan.message}")
+            raise PlanError(f"{req.solver} returned an invalid schedule for {graph.name!r}: {plan.message}")
     plan.solve_seconds = max(plan.solve_seconds, time.perf_counter() - t0)  # the judging included
     if parsed is not None:
         plan.options.update(budget=parsed.text, budget_bytes=asked, planned_bytes=limit)
@@ -178,9 +207,24 @@ def solve(graph: Graph, solver: str = "auto", *, budget: Budget | str | float | 
             left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
             if "tried" in plan.details:  # auto searched already: the first points only
                 left = 0.0
-            raise infeasible(graph, plan, asked, limit, headroom, time_limit=left,
-                             staged=solver != "auto" or staged_schedules_run_as_planned(cm))
+            raise infeasible(graph, plan, asked, limit, req.headroom, time_limit=left,
+                             staged=req.solver != "auto" or staged_schedules_run_as_planned(cm))
     return plan
+
+
+def as_request(solver: str | Request, *, options: Mapping[str, Any], **settings: Any) -> Request:
+    """``solver`` if it is a Request (then ``settings`` and ``options`` must be left as they
+    default), else the request :func:`request` makes of them."""
+    if not isinstance(solver, Request):
+        return request(solver, options=options, **settings)
+    given = sorted(k for k, v in settings.items() if v != _DEFAULTS[k]) + sorted(options)
+    if given:
+        raise TypeError(f"a Request carries its own settings: pass {', '.join(given)} to request(), "
+                        "not beside it")
+    return solver
+
+
+_DEFAULTS = {"budget": None, "cost_model": None, "time_limit": DEFAULT_TIME_LIMIT, "headroom": 0.0}
 
 
 def infeasible(g: Graph, plan: Plan, asked: int, limit: int, headroom: float, *,
