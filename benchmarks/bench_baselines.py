@@ -1,7 +1,7 @@
 """Checkmate's baselines on Checkmate's graphs: the overhead-vs-memory curves (torch-free).
 
 For every graph shipped in ``remat.data`` (``src/remat/data/checkmate``
-beside the repository) and every baseline of :data:`remat.solvers.baselines.BASELINES`, runs
+shipped in the package) and every baseline of :data:`remat.solvers.baselines.BASELINES`, runs
 the baseline with no budget and collects every schedule it evaluated (one for
 checkpoint-all and sqrt(n); the whole ``b`` grid for Chen's greedy; every slot count for
 Griewank), each simulated: ``(peak bytes, cost overhead)`` with overhead = schedule cost /
@@ -11,18 +11,15 @@ of seeds/001 Figure 5; a budget ``B`` is served by the cheapest point with peak 
 Prints a Markdown table: per baseline the number of points, the lowest peak reached (as a
 fraction of checkpoint-all's peak) and the overhead there, and the lowest overhead within
 budgets of 90%, 75% and 50% of checkpoint-all's peak ("-": no point fits). The curves go to
-JSON (default ``out/bench_baselines.json``, gitignored).
+rows of ``benchmarks/results/bench_baselines.json`` (one per graph and baseline, its points
+included).
 
-    PYTHONPATH=src python benchmarks/bench_baselines.py
-    PYTHONPATH=src python benchmarks/bench_baselines.py --graphs VGG16 vgg_unet --json out/b.json
+    python benchmarks/bench_baselines.py
+    python benchmarks/bench_baselines.py --graphs VGG16 vgg_unet --results out/b.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import re
 import sys
 import time
@@ -33,6 +30,7 @@ from remat.cost.model import default_cost_model
 from remat.graph.io import load_graph
 from remat.solvers.baselines import BASELINES
 from remat.plans.stages import staged
+from remat.bench import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH_DIR = CHECKMATE_DIR
@@ -102,12 +100,12 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--graphs", nargs="*", default=None,
                     help="graph file stems or prefixes (default: all)")
-    ap.add_argument("--json", default=str(ROOT / "out" / "bench_baselines.json"))
-    args = ap.parse_args(argv)
+
+
+def run(args):
     paths = sorted(GRAPH_DIR.glob("*.json"))
     if not paths:
         print(f"no graphs under {GRAPH_DIR}", file=sys.stderr)
@@ -120,12 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_graph(p))
         print(f"{p.stem}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     print(markdown(results))
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"python": platform.python_version(), "machine": platform.machine(),
-                               "results": results}, indent=1) + "\n")
-    print(f"\nJSON: {out}", file=sys.stderr)
-    return 0
+    rows = [{"graph": label(res["graph"]), "file": res["graph"], "nodes": res["nodes"],
+             "op_cost_total": res["op_cost_total"], "baseline": name, **b}
+            for res in results for name, b in res["baselines"].items()]
+    return harness.Result(rows, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

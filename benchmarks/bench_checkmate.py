@@ -4,7 +4,8 @@ For each graph: the model size, the smallest feasible budget (:func:`min_budget`
 limited), the checkpoint-all peak, and at a few budgets between them the MILP's solve time,
 status, gap and cost overhead (cost / sum of op costs), and the LP rounding's cost and its
 ratio to the MILP (Checkmate's Table 2 reports at most 1.06 as a geometric mean over budgets).
-Prints a Markdown table and writes JSON to ``out/bench_checkmate.json``.
+Prints a Markdown table and writes one row per graph (its runs inside) to
+``benchmarks/results/bench_checkmate.json``.
 
     python benchmarks/bench_checkmate.py                      # every graph but n1000
     python benchmarks/bench_checkmate.py --graphs VGG16 unet --time-limit 60
@@ -18,15 +19,9 @@ skipped unless named with ``--graphs``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from remat.data import CHECKMATE_DIR
 from remat.cost.model import default_cost_model  # noqa: E402
@@ -36,6 +31,7 @@ from remat.solvers.checkmate.bounds import checkpoint_all_peak, memory_lower_bou
 from remat.solvers.checkmate.lp_rounding import checkmate_lp  # noqa: E402
 from remat.solvers.checkmate.model import build_model  # noqa: E402
 from remat.plans.stages import staged  # noqa: E402
+from remat.bench import harness  # noqa: E402
 
 DATA = CHECKMATE_DIR
 SKIP_BY_DEFAULT = ("random_layered_n1000",)
@@ -124,8 +120,7 @@ def run_graph(path: Path, args) -> dict:
     return rec
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(p) -> None:
     p.add_argument("--graphs", nargs="*", default=None,
                    help="substrings of graph file names (default: all but n1000)")
     p.add_argument("--data", type=Path, default=DATA)
@@ -141,10 +136,9 @@ def main(argv=None) -> int:
                    help="seconds for the smallest-budget search")
     p.add_argument("--mip-gap", type=float, default=0.0)
     p.add_argument("--free-form", default="tight", choices=("paper", "tight"))
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", type=Path, default=ROOT / "out" / "bench_checkmate.json")
-    args = p.parse_args(argv)
 
+
+def run(args):
     paths = sorted(args.data.glob("*.json"))
     # n1000 runs only when named in full ("n100" alone does not select it)
     skipped = [q.stem for q in paths if any(s in q.stem for s in SKIP_BY_DEFAULT)
@@ -160,11 +154,11 @@ def main(argv=None) -> int:
           "(cpu s) | overhead | LP/MILP |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     results = []
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    out = harness.output_path(args, __file__)
     for q in paths:
         results.append(run_graph(q, args))
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                        "graphs": results}, indent=1, default=str))
+        harness.write_rows(out, results, {**harness.environment(), "args": {
+            k: str(v) for k, v in vars(args).items() if k != "parser"}}, script="bench_checkmate")
     print("\n| graph | stages | columns | rows | MILP optimal | max MILP s | geomean LP/MILP |")
     print("|---|---|---|---|---|---|---|")
     for rec in results:
@@ -173,8 +167,11 @@ def main(argv=None) -> int:
         print(f"| {rec['graph'][:24]} | {rec['stages']} | {rec['model']['columns']} | "
               f"{rec['model']['rows']} | {opt}/{len(runs)} | "
               f"{max(r['milp']['seconds'] for r in runs):.1f} | {fmt(rec['geomean_ratio'], 4)} |")
-    print(f"\nwrote {args.out}")
-    return 0
+    return harness.Result(results, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

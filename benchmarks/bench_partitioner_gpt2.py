@@ -13,8 +13,7 @@ Also reports saved activation bytes and the seeds' cut cost of each choice.
 
 from __future__ import annotations
 
-import argparse
-import json
+import sys
 import statistics
 import time
 
@@ -30,6 +29,7 @@ from remat.lower.fx import lower
 from remat.lower.options import Options
 from remat.lower.partitioner import RematPartitioner
 from remat.solvers.mincut.mincut import cut_cost
+from remat.bench import harness
 
 
 def capture_joint(args):
@@ -53,8 +53,7 @@ def capture_joint(args):
     return captured
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(ap) -> None:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--embd", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
@@ -62,8 +61,9 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--json", help="write the numbers to this file")
-    args = ap.parse_args()
+
+
+def run(args):
 
     t0 = time.perf_counter()
     cap = capture_joint(args)
@@ -139,10 +139,14 @@ def main():
     table.add_row("cut cost (seeds' model, MiB)", f"{row['torch_cut_cost'] / 2**20:.2f}",
                   f"{plan.cost / 2**20:.2f}", f"{plan.cost / max(row['torch_cut_cost'], 1):.3f}")
     Console(width=110).print(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(row, f, indent=1)
+    row.update(layers=args.layers, embd=args.embd, heads=args.heads, vocab=args.vocab, seq=args.seq,
+               batch=args.batch, repeats=args.repeats)
+    return harness.Result([row], printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

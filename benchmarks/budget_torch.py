@@ -9,34 +9,25 @@ prediction for the plan. Prints a Markdown table: budget, planned budget (less
 peak), measured / predicted peak above the step start, and the largest gradient error
 against eager.
 
-    PYTHONPATH=src python benchmarks/budget_torch.py [--where 0.5] [--models mlp,cnn,cnn3,gpt2]
+    python benchmarks/budget_torch.py [--where 0.5] [--models mlp,cnn,cnn3,gpt2]
         [--compiler eager|inductor] [--dtype float32|float64]
 """
 
 from __future__ import annotations
 
-import argparse
 
+import sys
 import torch
 
 from remat.zoo import registry
 from remat.zoo.cnn import ConvBN
 from remat.zoo.mlp import MLP
 from remat.zoo.transformers_models import GPT2Loss, gpt2_tiny
+from remat.zoo.trials import WithLoss
 from remat.bench.budgeted import budgeted_step
 from remat.errors import InfeasibleBudgetError
 from remat.plans.budget import format_bytes as _fmt_bytes
-
-
-class LossOf(torch.nn.Module):
-    """A zoo model with its loss: ``forward(*inputs) -> scalar``."""
-
-    def __init__(self, model: torch.nn.Module, loss) -> None:
-        super().__init__()
-        self.model, self.loss = model, loss
-
-    def forward(self, *inputs):
-        return self.loss(self.model(*inputs))
+from remat.bench import harness
 
 
 def cases(dtype: torch.dtype) -> dict:
@@ -55,8 +46,7 @@ def cases(dtype: torch.dtype) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--where", type=float, default=0.5)
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--device", default="cpu")
@@ -64,19 +54,22 @@ def main() -> None:
                     help="of mlp,cnn,cnn2,cnn3,gpt2, or any zoo model (tiny): resnet18, unet, ...")
     ap.add_argument("--compiler", default="eager", choices=("eager", "inductor"))
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
-    args = ap.parse_args()
+
+
+def run(args):
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, where={args.where}, "
           f"compiler {args.compiler}, {args.dtype}")
     print("| model | solver | feasible range | budget (planned) | simulated peak | measured peak | "
           "within budget | measured / predicted above start | grads max err | recomputed |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     table = cases(getattr(torch, args.dtype))
+    rows = []
     for key in args.models.split(","):
         if key in table:
             name, model, inputs, solver = table[key]
         else:  # a zoo model at its tiny size, e.g. resnet18, unet
             case = registry.build(key, "tiny", dtype=getattr(torch, args.dtype))
-            name, model, inputs, solver = f"{key} tiny (zoo)", LossOf(case.model, case.loss), case.inputs, "auto"
+            name, model, inputs, solver = f"{key} tiny (zoo)", WithLoss(case.model, case.loss), case.inputs, "auto"
         model = model.to(args.device)
         inputs = tuple(t.to(args.device) if isinstance(t, torch.Tensor) else t for t in inputs)
         try:
@@ -84,6 +77,7 @@ def main() -> None:
                               strict=False, device=args.device, compiler=args.compiler)
         except InfeasibleBudgetError as e:  # the solver named cannot reach what auto reaches
             print(f"| {name} | {solver} | - | infeasible: {str(e)[:160]} | - | - | - | - | - | - |", flush=True)
+            rows.append({"model": name, "solver": solver, "status": "infeasible", "note": str(e)[:300]})
             continue
         ok = "yes" if r.measured_total <= r.budget else "**no**"
         print(f"| {name} | {r.plan.solver} ({r.plan.status}) | {_fmt_bytes(r.low)} - "
@@ -92,7 +86,18 @@ def main() -> None:
               f"{_fmt_bytes(r.measured_total)} | {ok} | {_fmt_bytes(r.measured)} / "
               f"{_fmt_bytes(r.predicted)} ({r.predicted / r.measured - 1:+.1%}) | "
               f"{r.grad_error:.1e} | {r.plan.recomputes} |", flush=True)
+        rows.append({"model": name, "solver": r.plan.solver, "plan_status": str(r.plan.status), "status": "ok",
+                     "low_bytes": r.low, "high_bytes": r.high, "budget_bytes": r.budget,
+                     "planned_bytes": r.plan.options["planned_bytes"], "simulated_peak_bytes": r.sim.peak_bytes,
+                     "measured_total_bytes": r.measured_total, "within_budget": r.measured_total <= r.budget,
+                     "measured_bytes": r.measured, "predicted_bytes": r.predicted, "grad_err": r.grad_error,
+                     "recomputes": r.plan.recomputes})
+    return harness.Result(rows, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,12 +5,12 @@ computed, and ``remat.solve(g, "auto", budget=B)`` runs for each budget. "act" i
 peak above the resident bytes over the activation memory (what a fractional budget is of);
 "time" is the predicted step time over the plan without a budget. Prints a Markdown table.
 
-    PYTHONPATH=src python benchmarks/budgets_auto.py [--models gpt2:small,unet:tiny,resnet18:tiny,gpt2:tiny]
+    python benchmarks/budgets_auto.py [--models gpt2:small,unet:tiny,resnet18:tiny,gpt2:tiny]
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 import time
 
 import remat
@@ -18,16 +18,19 @@ from remat.errors import InfeasibleBudgetError
 from remat.plans.budget import activation_bytes, resident_bytes
 from remat.solvers.mincut.frontier import frontier
 from remat.zoo import registry
+from remat.bench import harness
 
 BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2, "min")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(ap) -> None:
     ap.add_argument("--models", default="gpt2:small,unet:tiny,resnet18:tiny,gpt2:tiny")
-    args = ap.parse_args()
+
+
+def run(args):
     print("| graph | frontier | " + " | ".join(map(str, BUDGETS)) + " |")
     print("|---" * (len(BUDGETS) + 2) + "|")
+    rows = []
     for spec in args.models.split(","):
         name, size = spec.split(":")
         case = registry.build(name, size)
@@ -40,18 +43,31 @@ def main() -> None:
         cells = []
         for b in BUDGETS:
             t0 = time.perf_counter()
+            row = {"model": name, "size": size, "nodes": len(g), "frontier_points": len(points),
+                   "frontier_s": t_frontier, "budget": str(b)}
             try:
                 p = remat.solve(g, "auto", budget=b)
             except InfeasibleBudgetError as e:
                 cells.append(f"infeasible, least {(e.smallest_feasible - resident) / act:.2f} "
                              f"({time.perf_counter() - t0:.1f} s)")
+                rows.append({**row, "status": "infeasible",
+                             "least_fraction": (e.smallest_feasible - resident) / act,
+                             "solve_s": time.perf_counter() - t0})
                 continue
             cells.append(f"{p.solver} {(p.peak_bytes - resident) / act:.2f}, "
                          f"{p.predicted_seconds / base.predicted_seconds:.3f}x "
                          f"({time.perf_counter() - t0:.1f} s)")
+            rows.append({**row, "status": "ok", "solver": p.solver, "fraction": (p.peak_bytes - resident) / act,
+                         "time_ratio": p.predicted_seconds / base.predicted_seconds,
+                         "solve_s": time.perf_counter() - t0})
         print(f"| {name} {size} ({len(g)} nodes) | {len(points)} points, {t_frontier:.2f} s | "
               + " | ".join(cells) + " |", flush=True)
+    return harness.Result(rows, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,17 +10,18 @@ larger (small spatial sizes). This script measures the transient (peak during th
 less the bytes it leaves allocated) with the profiler's allocation records over a few
 shapes, beside the model's figure, and prints the ratio measured / model.
 
-    PYTHONPATH=src python benchmarks/conv_workspace.py [--threads 2]
+    python benchmarks/conv_workspace.py [--threads 2]
 """
 
 from __future__ import annotations
 
-import argparse
 
+import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from remat.capture.workspace import quiet_stderr as _quiet_stderr
+from remat.bench import harness
 
 SHAPES = [  # batch, in channels, out channels, spatial, kernel, stride, output mask
     (16, 8, 8, 32, 3, 1, (True, True, True)),
@@ -52,16 +53,16 @@ def transient(fn) -> int:
     return peak - total
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def arguments(ap) -> None:
+    pass
+
+
+def run(args):
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("| shape (N, Cin, Cout, HxW, k, stride) | mask | fw measured / output | "
           "bw measured / (grad_out + input) |")
     print("| --- | --- | ---: | ---: |")
+    rows = []
     for n, ci, co, hw, k, s, mask in SHAPES:
         x = torch.randn(n, ci, hw, hw)
         w = torch.randn(co, ci, k, k)
@@ -75,7 +76,15 @@ def main() -> None:
         model_bw = max(go.numel() + x.numel(), w.numel()) * 4
         print(f"| {n}, {ci}, {co}, {hw}x{hw}, {k}, {s} | {''.join('1' if m else '0' for m in mask)} "
               f"| {fw / model_fw:.2f} | {bw / model_bw:.2f} |")
+        rows.append({"n": n, "cin": ci, "cout": co, "hw": hw, "k": k, "stride": s,
+                     "mask": "".join("1" if m else "0" for m in mask), "fw_bytes": fw, "model_fw_bytes": model_fw,
+                     "fw_ratio": fw / model_fw, "bw_bytes": bw, "model_bw_bytes": model_bw, "bw_ratio": bw / model_bw})
+    return harness.Result(rows, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,12 +7,12 @@ fusion-aware) is its plan than the fastest saved set within the budget? ``auto``
 return staged schedules (baselines, the MILP) that no saved set expresses, so it can be
 faster or reach lower than the exhaustive search.
 
-    PYTHONPATH=src python benchmarks/frontier_exact.py [--graphs 40] [--forward 10] [--seed 0]
+    python benchmarks/frontier_exact.py [--graphs 40] [--forward 10] [--seed 0]
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 import itertools
 import random
 import statistics
@@ -22,6 +22,7 @@ from remat.graph.graph import Graph, Node
 from remat.plans.budget import Budget
 from remat.plans.plan import Plan
 from remat.solvers import solve
+from remat.bench import harness
 
 BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2)
 FORWARD = ("pointwise", "pointwise", "pointwise", "reduction", "view", "compute", "random")
@@ -70,12 +71,13 @@ def exhaustive(g: Graph) -> list[Plan]:
     return plans
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(ap) -> None:
     ap.add_argument("--graphs", type=int, default=40)
     ap.add_argument("--forward", type=int, default=10, help="forward ops per graph (2**n saved sets)")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+
+
+def run(args):
     rng = random.Random(args.seed)
     rows = {b: {"cases": 0, "exact_feasible": 0, "auto_feasible": 0, "missed": 0, "gaps": []}
             for b in BUDGETS}
@@ -109,7 +111,17 @@ def main() -> None:
         exact = f"{sum(abs(x) < 1e-9 for x in gaps)}/{len(gaps)}" if gaps else "-"
         print(f"| {b} | {r['exact_feasible']}/{r['cases']} | {r['auto_feasible']}/{r['cases']} | "
               f"{r['missed']} | {mean} | {worst} | {exact} |")
+    out = [{"budget": str(b), "cases": r["cases"], "exact_feasible": r["exact_feasible"],
+            "auto_feasible": r["auto_feasible"], "missed": r["missed"],
+            "mean_ratio": 1 + statistics.mean(r["gaps"]) if r["gaps"] else None,
+            "max_ratio": 1 + max(r["gaps"]) if r["gaps"] else None,
+            "exact": sum(abs(x) < 1e-9 for x in r["gaps"]), "compared": len(r["gaps"])} for b, r in rows.items()]
+    return harness.Result(out, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

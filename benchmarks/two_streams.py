@@ -8,15 +8,12 @@ before its first reader, so compute stalls there when a copy is slower than the 
 hide behind. Each row gives the hand-worked time and stall beside the simulator's prediction;
 the script exits 1 if any differ.
 
-    PYTHONPATH=src python benchmarks/two_streams.py [--json benchmarks/results/two_streams.json]
+    python benchmarks/two_streams.py   # rows: benchmarks/results/two_streams.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from pathlib import Path
 
 from remat.cost.transfer import Link
 from remat.graph.examples import offload_chain as chain
@@ -24,6 +21,7 @@ from remat.graph.examples import offload_chain_statements
 from remat.graph.graph import Graph
 from remat.plans.schedule import Schedule
 from remat.plans.simulator import simulate
+from remat.bench import harness
 
 
 def offloading(g: Graph, reload_before: str | None) -> Schedule:
@@ -44,10 +42,11 @@ CASES = [
 ]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", default=None, help="write the rows here as JSON")
-    args = ap.parse_args()
+def arguments(ap) -> None:
+    pass
+
+
+def run(args):
     g = chain()
     rows, bad = [], 0
     print("| schedule | hand: step | simulated | hand: stall at free | simulated | copy stream busy | why (by hand) |")
@@ -63,10 +62,11 @@ def main() -> int:
                      "peak_bytes": r.peak_bytes, "agrees": ok})
         print(f"| {name} | {want:g} | {r.predicted_seconds:g} | {want_stall:g} | {stall:g} | "
               f"{r.copy_seconds:g} | {why}{'' if ok else ' **DIFFERS**'} |")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
-    return 1 if bad else 0
+    return harness.Result(rows, printed=True, status=1 if bad else 0)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

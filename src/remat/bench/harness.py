@@ -374,6 +374,7 @@ class Result:
     columns: Sequence[str] | None = None
     title: str | None = None
     printed: bool = False  # the script printed its own tables
+    status: int = 0  # the exit status, after the rows are written (1: a check failed)
 
 
 def main(script: str | Path, run: Callable[[argparse.Namespace], Any],
@@ -415,4 +416,4 @@ def main(script: str | Path, run: Callable[[argparse.Namespace], Any],
         path = write_rows(output_path(args, script), rows, {**environment(device), "args": settings, **res.meta},
                           script=Path(script).stem, command=cmd)
         print(f"wrote {len(rows)} rows to {_display(path)}")
-    return 0
+    return res.status
