@@ -18,15 +18,18 @@ link is :func:`remat.cost.transfer.link_for_graph`'s default for a graph without
 ``--link`` (2, 4: faster links). The least peak each method reaches (``min``) closes each
 table. Prints Markdown.
 
-    PYTHONPATH=src python benchmarks/swap_checkmate.py [--graphs VGG16 vgg_unet] [--link 1]
+    python benchmarks/swap_checkmate.py [--graphs VGG16 vgg_unet] [--link 1]
+
+Rows (one per graph and budget): ``benchmarks/results/swap_checkmate.json``.
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 import os
 from pathlib import Path
 
+from remat.bench import harness
 from remat.data import CHECKMATE_DIR
 from remat.cost.model import default_cost_model
 from remat.cost.transfer import link_for_graph
@@ -49,13 +52,15 @@ def _run(make):
         return None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--graphs", nargs="*", default=list(GRAPHS))
     ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     ap.add_argument("--link", type=float, default=1.0, help="link bandwidth as a multiple of the default")
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per solve")
-    args = ap.parse_args()
+
+
+def run(args):
+    rows = []
     budgets = [float(b) for b in args.budgets.split(",")] + ["min"]
     files = sorted(CHECKMATE_DIR.glob("*train_nx.json"))
     print(f"Link: {args.link:g} x the default; time limit {args.time_limit:g} s per solve.\n")
@@ -91,8 +96,25 @@ def main() -> None:
             print(f"| {b} | {cell(best)} | {cell(mi)} | {cell(sw)} | {cell(sr)} | "
                   f"{sr.details.get('swaps', 0) if sr else '-'} | "
                   f"{sr.details.get('recomputation_from', '') if sr else ''} |", flush=True)
+
+            def ratio(p):
+                return None if p is None else p.predicted_seconds / base.predicted_seconds
+
+            def frac(p):
+                return None if p is None else (p.peak_bytes - res) / act
+            rows.append({"graph": name, "nodes": len(g), "activation_bytes": act, "budget": str(b),
+                         "recompute": ratio(best), "recompute_fraction": frac(best), "recompute_solver":
+                         best.solver if best else None, "checkmate": ratio(mi), "checkmate_fraction": frac(mi),
+                         "swap": ratio(sw), "swap_fraction": frac(sw), "swap_recompute": ratio(sr),
+                         "swap_recompute_fraction": frac(sr), "swaps": sr.details.get("swaps", 0) if sr else None,
+                         "recomputation_from": sr.details.get("recomputation_from") if sr else None})
         print()
+    return harness.Result(rows, {"link": args.link, "time_limit": args.time_limit}, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,16 +16,18 @@ predicted peak's fraction:
 MAGIS's published reference points (seeds/004 Fig. 10, on an RTX 3090): <= 5% overhead at 80%
 of PyTorch's peak, <= 15% at 40%. Prints Markdown.
 
-    PYTHONPATH=src python benchmarks/swap_h100_graphs.py [--models gpt2,llama] [--budgets 0.8,0.4]
+    python benchmarks/swap_h100_graphs.py [--models gpt2,llama] [--budgets 0.8,0.4]
+
+Rows (one per model and budget): ``benchmarks/results/swap_h100_graphs.json``.
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 import time
+from pathlib import Path
 
-from h100_graphs import graph
-
+from remat.bench import h100, harness
 from remat.cost.model import CostModel, default_cost_model
 from remat.cost.transfer import link_for_graph
 from remat.errors import InfeasibleBudgetError
@@ -50,14 +52,19 @@ def offload_all(s, link, cm):
     return s
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+DATA = Path(__file__).parent / "data" / "h100"
+
+
+def arguments(ap) -> None:
     ap.add_argument("--models", default="gpt2,llama")
     ap.add_argument("--budgets", default="0.8,0.6,0.4,0.2")
     ap.add_argument("--time-limit", type=float, default=60.0)
-    args = ap.parse_args()
+
+
+def run(args):
+    rows = []
     for name in args.models.split(","):
-        g = graph(name)
+        g = h100.graph(DATA, name)
         cm = CostModel(default_cost_model(g).device, fused_memory=True)
         link = link_for_graph(g, cm)
         ref = reference_schedule(g)
@@ -91,7 +98,16 @@ def main() -> None:
                 sr = p
             print(f"| {b} | {' | '.join(row)} | {sr.details.get('swaps', 0) if sr else '-'} | "
                   f"{time.perf_counter() - t0:.0f} |", flush=True)
+            rows.append({"model": name, "nodes": len(g), "budget": b, "cells": dict(zip(
+                ("recompute", "swap", "swap_recompute"), row)), "swaps": sr.details.get("swaps", 0) if sr else None,
+                "torch_offload_time_ratio": off.predicted_seconds / base.predicted_seconds,
+                "torch_offload_fraction": (off.peak_bytes - res) / act, "seconds": time.perf_counter() - t0})
+    return harness.Result(rows, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
