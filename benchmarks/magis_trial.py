@@ -19,13 +19,13 @@ as a share of no-recompute's; the step time over no-recompute's (median of alter
 rounds); the plan's predicted peak share; its fissions; the gradients' largest difference from
 eager autograd.
 
-    PYTHONPATH=src python benchmarks/magis_trial.py [--model mixer|mlp] [--batch N] [--repeats 5]
+    python benchmarks/magis_trial.py [--model mixer|mlp] [--batch N] [--repeats 5]
         [--compiler inductor|eager]
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 import copy
 import os
 
@@ -34,58 +34,22 @@ os.environ["REMAT_CACHE_DIR"] = "off"
 
 import torch  # noqa: E402
 import torch._functorch.config as functorch_config  # noqa: E402
-from torch import nn  # noqa: E402
 
 import remat  # noqa: E402
 from remat.bench.measure import peak_memory, step_time  # noqa: E402
+from remat.zoo.trials import Mixer, WideMLP  # noqa: E402
+from remat.bench import harness  # noqa: E402
 
 
-class MixerBlock(nn.Module):
-    def __init__(self, tokens: int, channels: int) -> None:
-        super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(channels), nn.LayerNorm(channels)
-        self.tokens = nn.Sequential(nn.Linear(tokens, 2 * tokens), nn.GELU(), nn.Linear(2 * tokens, tokens))
-        self.channels = nn.Sequential(nn.Linear(channels, 4 * channels), nn.GELU(),
-                                      nn.Linear(4 * channels, channels))
-
-    def forward(self, x):
-        x = x + self.tokens(self.norm1(x).transpose(1, 2)).transpose(1, 2)
-        return x + self.channels(self.norm2(x))
-
-
-class WideMLP(nn.Module):
-    """Three linear layers with GELUs on a wide batch, a sum-of-squares loss: activations
-    dominate, and the loss sums over the batch (a region can hold the whole step)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(),
-                                 nn.Linear(256, 8))
-
-    def forward(self, x, labels):
-        return (self.net(x) - nn.functional.one_hot(labels, 8)).square().sum()
-
-
-class Mixer(nn.Module):
-    def __init__(self, tokens: int = 64, channels: int = 128, depth: int = 4, classes: int = 10) -> None:
-        super().__init__()
-        self.embed = nn.Linear(48, channels)
-        self.blocks = nn.Sequential(*[MixerBlock(tokens, channels) for _ in range(depth)])
-        self.head = nn.Linear(channels, classes)
-
-    def forward(self, patches, labels):
-        x = self.blocks(self.embed(patches))
-        return nn.functional.cross_entropy(self.head(x.mean(1)), labels)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(ap) -> None:
     ap.add_argument("--model", default="mixer", choices=["mixer", "mlp"])
     ap.add_argument("--batch", type=int, default=None, help="default 64 (mixer), 1024 (mlp)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compiler", default="inductor", choices=["inductor", "eager"])
     ap.add_argument("--time-limit", type=float, default=30.0)
-    args = ap.parse_args()
+
+
+def run(args):
     torch.manual_seed(0)
     if args.model == "mixer":
         batch = args.batch or 64
@@ -149,7 +113,14 @@ def main() -> None:
             continue
         print(f"| {name} | {r['peak'] / base:.3f} | {times[name].median_s / t0:.3f} | {r['plan_s']:.1f} | "
               f"{', '.join(r['fissions']) or '-'} | {r['grad_err']:.1e} |")
+        r.update(peak_ratio=r["peak"] / base, time_ratio=times[name].median_s / t0, step_ms=times[name].median_s * 1e3)
+    return harness.Result([{"method": k, **v} for k, v in rows.items()],
+                          {"model": type(ref).__name__, "batch": batch}, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

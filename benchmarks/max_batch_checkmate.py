@@ -34,16 +34,13 @@ Published (Checkmate artifact README, VGG19): checkpoint-all 167, Chen sqrt(n) 1
 266, Checkmate MILP 289 (proved optimal); MILP lower bounds for the others: U-Net 57, FCN8 60,
 SegNet 62, ResNet50 193, MobileNet 1105 (``src/remat/data/checkmate/README.md``).
 
-    PYTHONPATH=src python benchmarks/max_batch_checkmate.py                    # VGG19
-    PYTHONPATH=src python benchmarks/max_batch_checkmate.py --graphs VGG19 VGG16 --input both
+    python benchmarks/max_batch_checkmate.py                    # VGG19
+    python benchmarks/max_batch_checkmate.py --graphs VGG19 VGG16 --input both
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -54,6 +51,7 @@ from remat.graph.graph import Graph
 from remat.graph.io import load_graph
 from remat.graph.batch import base_batch_of
 from remat.bench.max_batch import max_batch, one_forward_overhead
+from remat.bench import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH_DIR = CHECKMATE_DIR
@@ -90,7 +88,7 @@ def without_input_bytes(g: Graph) -> Graph:
     return Graph([n.replace(bytes=0) if n.role == "input" else n for n in g.nodes], name=g.name)
 
 
-def run(model: str, input_mode: str, solvers: list[str], time_limit: float, gpu_bytes: float,
+def run_graph(model: str, input_mode: str, solvers: list[str], time_limit: float, gpu_bytes: float,
         warm_start: bool, max_probes: int | None, max_undecided: int | None = 2, log=print) -> dict:
     path = graph_path(model)
     g = load_graph(path)
@@ -168,8 +166,7 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--graphs", nargs="*", default=["VGG19"],
                     help="model names (file prefixes): VGG19 VGG16 MobileNet ResNet50 vgg_unet ...")
     ap.add_argument("--solvers", default=",".join(SOLVERS))
@@ -182,25 +179,27 @@ def main() -> int:
     ap.add_argument("--max-undecided", type=int, default=2,
                     help="stop a search after this many time-limited (undecided) probes in a row")
     ap.add_argument("--no-warm-start", action="store_true")
-    ap.add_argument("--json", default=str(ROOT / "out" / "max_batch_checkmate.json"))
     ap.add_argument("--md", default=str(ROOT / "out" / "max_batch_checkmate.md"))
-    args = ap.parse_args()
+
+
+def run(args):
     t0 = time.perf_counter()
     solvers = args.solvers.split(",")
     modes = ["artifact", "remat"] if args.input == "both" else [args.input]
-    results = [run(m, mode, solvers, args.time_limit, args.gpu_bytes, not args.no_warm_start,
+    results = [run_graph(m, mode, solvers, args.time_limit, args.gpu_bytes, not args.no_warm_start,
                    args.max_probes, args.max_undecided, log=lambda s: print(s, file=sys.stderr, flush=True))
                for m in args.graphs for mode in modes]
     md = markdown(results)
     total = time.perf_counter() - t0
     print(md)
     print(f"total {total:.0f} s")
-    for p, text in ((args.md, md + f"\ntotal runtime {total:.0f} s\n"),
-                    (args.json, json.dumps({"python": platform.python_version(),
-                                            "seconds": total, "results": results}, indent=1))):
-        Path(p).parent.mkdir(parents=True, exist_ok=True)
-        Path(p).write_text(text)
-    return 0
+    Path(args.md).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.md).write_text(md + f"\ntotal runtime {total:.0f} s\n")
+    return harness.Result(results, {"seconds": total}, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -7,56 +7,41 @@ the partitioner (left alone, torch marks nothing and copies nothing); its row re
 transfers its forward makes (``plan.details["transfers"]``) and the copies its ops registered.
 remat: ``remat.compile(model, solver="swap", budget=0.7)``: the offloads its plan makes. Both
 under ``--compiler`` (default inductor), with the gradients' largest difference from eager
-autograd. Prints one line each.
+autograd. Prints one line each; rows: ``benchmarks/results/offload_trial.json``.
 
 On a CPU PyTorch's offloading copies with ``prims.device_put`` (synchronous); ``--ao`` installs
 :mod:`remat.bench.ao_standin` so its ``ao`` ops run (stream parts stubbed; process-wide). Under
 inductor PyTorch's ``ao`` path frees the device buffer at its offload's wait (``keepalive``)
 while inductor may reuse it: run ``--ao`` with ``--compiler eager`` unless checking that.
 
-    PYTHONPATH=src python benchmarks/offload_trial.py [--compiler eager] [--ao]
+    python benchmarks/offload_trial.py [--compiler eager] [--ao]
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 import os
 
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 
 import remat  # noqa: E402
+from remat.zoo.trials import SkipMLP as Net  # noqa: E402
+from remat.bench import harness  # noqa: E402
 
 
-class Net(nn.Module):
-    def __init__(self, d: int = 256) -> None:
-        super().__init__()
-        self.enc = nn.ModuleList([nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d)) for _ in range(4)])
-        self.dec = nn.ModuleList([nn.Sequential(nn.Linear(2 * d, d), nn.SiLU()) for _ in range(4)])
-        self.head = nn.Linear(d, 10)
-
-    def forward(self, x):
-        skips = []
-        for e in self.enc:
-            x = e(x)
-            skips.append(x)
-        for d, s in zip(self.dec, reversed(skips)):
-            x = d(torch.cat([x, s], -1))
-        return self.head(x).logsumexp(-1).mean()
-
-
-def _err(m: nn.Module, eager: list[torch.Tensor]) -> float:
+def _err(m: torch.nn.Module, eager: list[torch.Tensor]) -> float:
     return max(float((p.grad - e).abs().max()) for p, e in zip(m.parameters(), eager))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--compiler", default="inductor", choices=["inductor", "eager"])
     ap.add_argument("--ao", action="store_true", help="PyTorch's ao ops with CPU stand-ins")
-    args = ap.parse_args()
+
+
+def run(args):
     if args.ao:
         from remat.bench import ao_standin
         ao_standin.install()
@@ -84,6 +69,8 @@ def main() -> None:
     print(f"PyTorch's activation offloading (torch-offload): "
           f"{sum(p.details.get('transfers', 0) for p in plans)} transfers in its forward, "
           f"{copies[0]} ao copies registered, gradients within {_err(m, eager):.1e} of eager")
+    rows = [{"method": "torch-offload", "transfers": sum(p.details.get("transfers", 0) for p in plans),
+             "ao_copies": copies[0], "grad_err": _err(m, eager)}]
 
     torch._dynamo.reset()
     m = Net()
@@ -93,7 +80,14 @@ def main() -> None:
                   on_plan=lambda g, p: plans.append(p))(x).backward()
     print(f"remat swap at 0.7: {sum(p.sim.offloads for p in plans)} offloads, "
           f"gradients within {_err(m, eager):.1e} of eager")
+    rows.append({"method": "remat swap 0.7", "offloads": sum(p.sim.offloads for p in plans),
+                 "grad_err": _err(m, eager)})
+    return harness.Result(rows, {"compiler": args.compiler, "ao": args.ao}, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

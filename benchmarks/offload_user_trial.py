@@ -3,13 +3,15 @@
 Qwen2 2 x 64 (4 heads, 2 KV heads), vocabulary 512, batch 4 x 128, CPU, inductor, one thread,
 PyTorch's real ao ops on CPU stand-ins (remat.bench.ao_standin); one process per variant, so a
 crash is a row. Prints one JSON line per variant: gradients' largest difference from eager,
-median step, peak above the step's start (profiler), offloads, copies left waiting, warnings.
+median step, peak above the step's start (profiler), offloads, copies left waiting, warnings;
+the rows go to ``benchmarks/results/offload_user_trial.json``.
 
-    PYTHONPATH=src python benchmarks/offload_user_trial.py
+    python benchmarks/offload_user_trial.py [--variants auto-0.4,swap-0.7]
 """
 import json, os, subprocess, sys, time, warnings
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
+from remat.bench import harness  # noqa: E402
 VARIANTS = {"no-recompute": dict(solver="no-recompute"), "torch-knob-0.4": dict(solver="torch-mincut", knob=0.4),
             "torch-offload": dict(solver="torch-offload"), "auto-0.4": dict(solver="auto", budget=0.4),
             "swap-0.7": dict(solver="swap", budget=0.7), "swap-recompute-0.4": dict(solver="swap-recompute", budget=0.4),
@@ -56,11 +58,23 @@ def one(name):
                       "peak_MiB": round(peak / 2**20, 2), "pred_MiB": round(sum(p.peak_bytes or 0 for p in plans) / 2**20, 2),
                       "offloads": offl, "transfers": transfers, "pending": ao_standin.pending(),
                       "warnings": [str(w.message)[:120] for w in caught if w.category.__module__.startswith("remat")]}))
-if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        one(sys.argv[1]); sys.exit()
-    for name in VARIANTS:
-        r = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, timeout=300)
+def arguments(ap):
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ",".join(VARIANTS))
+    ap.add_argument("--child", default=None, help="run this one variant here and print its JSON line")
+def run(args):
+    if args.child:
+        one(args.child)
+        return 0
+    rows = []
+    for name in args.variants.split(","):
+        r = subprocess.run([sys.executable, __file__, "--child", name, "--no-results"], capture_output=True, text=True,
+                           timeout=300)
         line = r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else \
             json.dumps({"variant": name, "crashed": r.returncode, "err": r.stderr.strip().splitlines()[-1:] })
         print(line, flush=True)
+        rows.append(json.loads(line))
+    return harness.Result(rows, printed=True)
+def main(argv=None):
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,7 +10,7 @@ captured under inductor); the peaks are the simulator's, the seconds those ``reo
 Checkmate's random layered graphs are forward-only DAGs (no backward): both schedules are the
 same forward.
 
-    PYTHONPATH=src python benchmarks/reorder_table.py [--zoo mlp,gpt2,...|none]
+    python benchmarks/reorder_table.py [--zoo mlp,gpt2,...|none]
         [--compiler eager|inductor] [--size tiny] [--block 20]
 """
 
@@ -21,10 +21,8 @@ import os
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
 
-import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from remat.data import CHECKMATE_DIR
 from remat.cost.model import default_cost_model  # noqa: E402
@@ -34,6 +32,7 @@ from remat.plans.schedule import schedule_from_saved_set  # noqa: E402
 from remat.plans.simulator import simulate  # noqa: E402
 from remat.solvers import solve  # noqa: E402
 from remat.transforms.reorder import reorder  # noqa: E402
+from remat.bench import harness  # noqa: E402
 
 CHECKMATE = CHECKMATE_DIR
 ZOO = "mlp,transformer-encoder,gpt2,bert,vit,resnet18,mobilenetv2"
@@ -86,27 +85,54 @@ def zoo_graphs(names: list[str], compiler: str, size: str):
             yield f"{name} ({size}, {compiler}){'' if len(got) == 1 else f' #{k}'}", g, p.schedule(g)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--zoo", default=ZOO, help="zoo models to capture (comma-separated), or none")
     ap.add_argument("--compiler", default="eager", help="remat.compile's compiler for the zoo")
     ap.add_argument("--size", default="tiny")
     ap.add_argument("--block", type=int, default=20)
     ap.add_argument("--no-checkmate", action="store_true")
-    args = ap.parse_args()
+
+
+def run(args):
     print("| graph | nodes | schedule | peak before (B) | peak after (B) | reduction (%) | reorder (s) |")
     print("|---|---|---|---|---|---|---|")
+    out: list[dict] = []
     if not args.no_checkmate:
         for name, g in checkmate_graphs():
             for line in rows(name, g, solve(g, "mincut-conservative").schedule(), args.block):
                 print(line, flush=True)
+                out.append(_row(line))
     if args.zoo != "none":
         t = time.perf_counter()
         for name, g, s in zoo_graphs(args.zoo.split(","), args.compiler, args.size):
             for line in rows(name, g, s, args.block):
                 print(line, flush=True)
+                out.append(_row(line))
         print(f"\nzoo capture and rows: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    return harness.Result(out, printed=True)
+
+
+COLUMNS = ("graph", "nodes", "schedule", "peak_before_bytes", "peak_after_bytes", "reduction_pct", "reorder_s")
+
+
+def _row(line: str) -> dict:
+    """A printed Markdown row as a JSON row (numbers parsed)."""
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    row: dict = {}
+    for k, c in zip(COLUMNS, cells):
+        try:
+            row[k] = int(c.replace(",", ""))
+        except ValueError:
+            try:
+                row[k] = float(c)
+            except ValueError:
+                row[k] = c
+    return row
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

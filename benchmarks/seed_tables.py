@@ -29,8 +29,8 @@ whole pattern under ``torch.utils.checkpoint``, compiled: the seeds' "naive chec
 default (``--maxbatch-compiler``; inductor recompiles at every probed batch) and checks the
 peak against inductor at one batch (``--no-inductor-check`` skips that).
 
-Results go to ``out/seed_tables.json`` (merged: a run of some tables keeps the others) and
-``out/seed_tables.md`` (all tables in the JSON).
+Results go to ``benchmarks/results/seed_tables.json`` (one row per table; merged: a run of
+some tables keeps the others) and ``out/seed_tables.md`` (all tables in the results file).
 
     python benchmarks/seed_tables.py                      # every table
     python benchmarks/seed_tables.py --tables gelu,f1 --quick
@@ -38,7 +38,6 @@ Results go to ``out/seed_tables.json`` (merged: a run of some tables keeps the o
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime
@@ -59,6 +58,7 @@ import torch
 from remat import zoo
 from remat.bench import measure as M
 from remat.bench.methods import prepare
+from remat.bench import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("gelu", "f1", "f2", "evonorm", "qehvi", "maxbatch")
@@ -785,10 +785,12 @@ def table_markdown(key: str, t: dict) -> list[str]:
     return out
 
 
-def write_outputs(all_tables: dict, out_dir: Path, header: dict) -> None:
+def write_outputs(all_tables: dict, out_dir: Path, header: dict, results: Path | None = None) -> None:
+    """``results`` (the harness's JSON: one row per table) and ``out_dir``/seed_tables.md."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "seed_tables.json").write_text(json.dumps({"machine": header, "tables": all_tables}, indent=1,
-                                                         default=str))
+    if results is not None:
+        harness.write_rows(results, [{"table": k, **t} for k, t in all_tables.items()], {"machine": header},
+                           script="seed_tables")
     lines = ["# The seeds' tables on this machine", "",
              f"Machine: {header.get('machine')}; torch {header.get('torch')}, Python {header.get('python')}. "
              "Every table ran side by side in one process (methods alternating, medians after warm-up). "
@@ -843,15 +845,12 @@ def machine_header() -> dict:
             "torch": torch.__version__, "python": platform.python_version()}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--tables", default=",".join(TABLES), help=f"comma-separated subset of {','.join(TABLES)}")
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a few minutes)")
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per table (default by table)")
     ap.add_argument("--log2n", type=int, default=None, help="elements (log2) of the pointwise patterns")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch CPU threads (default 1: on a shared machine OpenMP threads wait on each "
-                         "other's time slices)")
+    ap.set_defaults(threads=1)  # on a shared machine OpenMP threads wait on each other's time slices
     ap.add_argument("--maxbatch-models", default=None, help="zoo models for the max-batch table")
     ap.add_argument("--maxbatch-compiler", default="eager", choices=("eager", "inductor"))
     ap.add_argument("--budget-mib", action="append", default=[], metavar="MODEL=MIB",
@@ -860,31 +859,42 @@ def main(argv=None) -> int:
                     help="skip checking max-batch peaks against inductor at one batch")
     ap.add_argument("--inductor-check-methods", default="no-recompute,mincut-conservative",
                     help="methods whose max-batch peak is checked against inductor (first model only)")
-    ap.add_argument("--out", default=str(ROOT / "out"))
-    ap.add_argument("--fresh", action="store_true", help="do not merge with an existing seed_tables.json")
-    ap.add_argument("--render", action="store_true", help="only rewrite seed_tables.md from seed_tables.json")
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", default=str(ROOT / "out"), help="seed_tables.md")
+    ap.add_argument("--fresh", action="store_true", help="do not merge with the tables already in the results file")
+    ap.add_argument("--render", action="store_true", help="only rewrite seed_tables.md from the results file")
+
+
+def _saved(path: Path) -> tuple[dict, dict]:
+    """(machine, tables) of an earlier results file, empty when there is none."""
+    if not path.exists():
+        return {}, {}
+    meta, rows = harness.read_rows(path)
+    return meta.get("machine", {}), {r["table"]: {k: v for k, v in r.items() if k != "table"} for r in rows}
+
+
+def run(args):
+    ap = args.parser
+    results = harness.output_path(args, __file__)
     if args.render:
-        data = json.loads((Path(args.out) / "seed_tables.json").read_text())
-        write_outputs(data["tables"], Path(args.out), {**data["machine"], **machine_header()})
+        machine, saved = _saved(results)
+        write_outputs(saved, Path(args.out), {**machine, **machine_header()})
         print((Path(args.out) / "seed_tables.md").read_text())
         return 0
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     bad = [t for t in tables if t not in TABLES]
     if bad:
         ap.error(f"unknown tables {bad}; choose from {TABLES}")
-    torch.set_num_threads(args.threads)
     cfgs = configs(args.quick, args)
     for item in args.budget_mib:
         k, _, v = item.partition("=")
         cfgs["maxbatch"]["budgets_mib"][k.strip()] = float(v)
     out_dir = Path(args.out)
     all_tables = {}
-    if not args.fresh and (out_dir / "seed_tables.json").exists():
+    if not args.fresh:
         with contextlib.suppress(Exception):
-            all_tables = json.loads((out_dir / "seed_tables.json").read_text()).get("tables", {})
+            all_tables = _saved(results)[1]
     header = machine_header()
-    command = "python benchmarks/seed_tables.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/seed_tables.py " + " ".join(sys.argv[1:])
 
     def log(msg):
         print(msg, flush=True)
@@ -906,12 +916,16 @@ def main(argv=None) -> int:
                          "seconds": time.perf_counter() - t0, "threads": torch.get_num_threads(),
                          "load_before": lb, "load_after": load_avg(), "quick": args.quick}
             all_tables[key] = t
-            write_outputs(all_tables, out_dir, header)
+            write_outputs(all_tables, out_dir, header, results)
             log("\n".join(table_markdown(key, t)))
             log(f"[{key}] done in {time.perf_counter() - t0:.0f}s")
             M.free_memory("cpu")
-    log(f"total {time.perf_counter() - t_run:.0f}s; wrote {out_dir / 'seed_tables.md'} and seed_tables.json")
-    return 0
+    log(f"total {time.perf_counter() - t_run:.0f}s; wrote {out_dir / 'seed_tables.md'} and {results}")
+    return 0  # the results file is written table by table (merged), not again here
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -20,20 +20,19 @@ every budget where both are feasible, and its geometric mean across those budget
 Table 2 statistic: LP rounding 1.00-1.06 on these graphs), and the MILP's solve times, statuses
 and gaps. A ratio below 1 means the MILP stopped on its time limit with a worse incumbent.
 
-Writes ``out/sweeps.md`` (per-graph tables), ``out/sweeps.json`` (every row) and
+Writes ``benchmarks/results/sweep_checkmate_graphs.json`` (one row per graph, its sweep's rows
+inside), ``out/sweeps.md`` (per-graph tables) and
 ``out/sweeps/<graph>.png`` (:func:`remat.bench.plots.sweep_plot`).
 
-    PYTHONPATH=src python benchmarks/sweep_checkmate_graphs.py
-    PYTHONPATH=src python benchmarks/sweep_checkmate_graphs.py --graphs VGG16 vgg_unet --points 6
+    python benchmarks/sweep_checkmate_graphs.py
+    python benchmarks/sweep_checkmate_graphs.py --graphs VGG16 vgg_unet --points 6
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import platform
 import re
 import sys
 import time
@@ -48,6 +47,7 @@ from remat.bench.sweep import markdown as sweep_markdown
 from remat.bench.sweep import sweep
 from remat.solvers.feasible import smallest_feasible
 from remat.graph.io import load_graph
+from remat.bench import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH_DIR = CHECKMATE_DIR
@@ -194,7 +194,8 @@ def header(points, time_limit, milp_max_nodes, total: float) -> str:
 
 
 def rewrite(path: Path, out: Path) -> int:
-    data = json.loads(path.read_text())
+    meta, graphs = harness.read_rows(path)
+    data = {**meta, "graphs": graphs}
     sections = []
     for r in data["graphs"]:
         g = _Named(r["name"], r["nodes"])
@@ -209,8 +210,7 @@ def rewrite(path: Path, out: Path) -> int:
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(ap) -> None:
     ap.add_argument("--graphs", nargs="*", default=None, help="labels (VGG16, vgg_unet, random_layered_n100, ...)")
     ap.add_argument("--points", type=int, default=7)
     ap.add_argument("--time-limit", type=float, default=60.0, help="per-solve limit for the MILP and LP (s)")
@@ -219,10 +219,13 @@ def main() -> int:
                     help="lowest budget, as a fraction of the no-recompute peak, where the baselines "
                          "find nothing below that peak (forward-only graphs)")
     ap.add_argument("--solvers", default=",".join(SOLVERS))
-    ap.add_argument("--out", default=str(ROOT / "out"))
+    ap.add_argument("--out", default=str(ROOT / "out"), help="sweeps.md and sweeps/<graph>.png")
     ap.add_argument("--from-json", default=None,
-                    help="rewrite sweeps.md and the plots from this sweeps.json without solving")
-    args = ap.parse_args()
+                    help="rewrite sweeps.md and the plots from this results file "
+                         "(benchmarks/results/sweep_checkmate_graphs.json) without solving")
+
+
+def run(args):
     out = Path(args.out)
     (out / "sweeps").mkdir(parents=True, exist_ok=True)
     if args.from_json:
@@ -266,12 +269,16 @@ def main() -> int:
         # written after every graph so that an interrupted run keeps what it finished
         (out / "sweeps.md").write_text(header(args.points, args.time_limit, args.milp_max_nodes, total) + "\n" + summary_markdown(results) + "\n\n"
                                        + "\n".join(sections))
-        (out / "sweeps.json").write_text(json.dumps(
-            {"python": platform.python_version(), "points": args.points, "time_limit": args.time_limit,
-             "milp_max_nodes": args.milp_max_nodes, "seconds": total, "graphs": results}, indent=1))
+        meta = {**harness.environment(), "points": args.points, "time_limit": args.time_limit,
+                "milp_max_nodes": args.milp_max_nodes, "seconds": total}
+        harness.write_rows(harness.output_path(args, __file__), results, meta, script="sweep_checkmate_graphs")
     print(summary_markdown(results))
     print(f"total {time.perf_counter() - t0:.0f} s")
-    return 0
+    return harness.Result(results, meta if results else {}, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
