@@ -38,7 +38,7 @@ from remat.graph.io import load_graph
 from remat.plans.budget import reference_schedule, resident_bytes
 from remat.plans.simulator import simulate
 from remat.solvers import solve
-from remat.solvers.auto import _auto
+from remat.solvers.portfolio import portfolio as _auto
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPHS = ("VGG16", "VGG19", "MobileNet", "ResNet50", "vgg_unet", "fcn_8_vgg", "segnet")

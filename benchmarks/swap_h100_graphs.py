@@ -35,8 +35,8 @@ from remat.plans.budget import activation_bytes, reference_schedule, resident_by
 from remat.plans.phases import split_schedule
 from remat.plans.simulator import simulate
 from remat.solvers import solve
-from remat.solvers.auto import _auto
-from remat.transforms.swap import gaps, offload
+from remat.solvers.portfolio import portfolio as _auto
+from remat.solvers.magis.swap import gaps, offload
 
 
 def offload_all(s, link, cm):

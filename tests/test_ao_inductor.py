@@ -94,10 +94,10 @@ def _chain(allowed: bool, reason: str = ""):
 
 
 def test_auto_tries_offloading_only_where_plans_may(monkeypatch):
-    """auto swaps its plans down (:func:`remat.solvers.swap.swap_down`) where copies run beside
+    """auto swaps its plans down (:func:`remat.solvers.magis.swap_solver.swap_down`) where copies run beside
     compute and plans may offload, and never tries where they may not; the swap solvers refuse
     such a graph, naming why."""
-    auto_module = sys.modules["remat.solvers.auto"]
+    auto_module = sys.modules["remat.solvers.portfolio"]  # where auto's starting plans are swapped down
     tried = []
     real = auto_module.swap_down
 

@@ -118,7 +118,7 @@ def test_auto_plans_within_any_budget_a_baseline_reaches():
     1% above the smallest budget any baseline reaches (on GPT-2 tiny, only a linearized
     chain gets there), it returns a schedule within the budget even when the MILP finds
     none in its time limit."""
-    from remat.solvers.auto import AUTO_BASELINES
+    from remat.solvers.portfolio import STAGED_BASELINES as AUTO_BASELINES
 
     g = _graph("gpt2")
     low, how = smallest_feasible(g)

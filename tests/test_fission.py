@@ -11,7 +11,7 @@ from remat.plans.budget import reference_schedule
 from remat.plans.simulator import simulate
 from remat.solvers import solve
 from remat.transforms.fission import apply_fissions, fission, illegal
-from remat.transforms.ftree import FTree, divisors, ftree, mutations
+from remat.solvers.magis.ftree import FTree, divisors, ftree, mutations
 
 B, H, W = 12, 256, 8  # batch, hidden width, output width
 

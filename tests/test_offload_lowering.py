@@ -3,7 +3,7 @@
 On the CPU the copies lower to remat's own ops (``remat::offload`` / ``remat::reload``,
 synchronous copies into separate host buffers), so these tests run the whole path
 (torch.compile -> inductor's partitioner hook -> lower) and compare the loss and gradients
-with eager autograd. The plans come from :func:`remat.transforms.swap.swap` on a min-cut
+with eager autograd. The plans come from :func:`remat.solvers.magis.swap.swap` on a min-cut
 plan (and, for the U-Net, offloads that close inside the forward: its skip connections).
 The CUDA lowering (PyTorch's ``ao`` ops on a transfer stream) is checked for where its
 nodes go, not run.
@@ -32,7 +32,7 @@ from remat.plans.schedule import Schedule
 from remat.plans.simulator import simulate
 from remat.solvers import names as solver_names
 from remat.solvers import solve
-from remat.transforms.swap import gaps, offload, swap
+from remat.solvers.magis.swap import gaps, offload, swap
 from remat.zoo.cnn import ConvBN
 
 

@@ -15,7 +15,8 @@ from remat.plans.plan import Decision, Plan
 from remat.plans.schedule import Schedule, schedule_from_saved_set
 from remat.plans.simulator import simulate
 from remat.solvers import solve
-from remat.transforms.swap import gaps, swap, trade
+from remat.solvers.magis.swap import gaps, swap
+from remat.solvers.magis.trade import trade
 from paths import CHECKMATE_DIR
 from strategies import joint_graphs
 

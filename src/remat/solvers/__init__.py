@@ -14,9 +14,9 @@ PyTorch partitioners listed here run on captured fx graphs (:mod:`remat.lower`).
 from __future__ import annotations
 
 from . import mincut as _mincut
-from .auto import auto, swap_recompute
-from .swap import reorder_only, swap_only
-from .search import magis
+from .auto import auto
+# MAGIS's solvers by their modules: a name ``magis`` here would hide the package remat.solvers.magis
+from .magis import search as _search, swap_recompute as _swap_recompute, swap_solver as _swap_solver
 from .baselines import BASELINES, DESCRIPTIONS
 from .checkmate import checkmate, checkmate_lp
 from .registry import (DEFAULT_TIME_LIMIT, SolverInfo, check_options, check_time_limit, info, names,
@@ -35,14 +35,15 @@ register("checkmate-lp", "checkmate", "required", "seeds/001's LP relaxation wit
 for _name, _fn in BASELINES.items():
     register(_name, "baselines", "optional", DESCRIPTIONS[_name], _fn)
 register("reorder", "magis", "optional", "seeds/004's re-ordering alone: the step without "
-         "recomputation in the topological order of least peak (no work added)", reorder_only)
+         "recomputation in the topological order of least peak (no work added)", _swap_solver.reorder_only)
 register("swap", "magis", "required", "seeds/004's swapping alone: the step without "
-         "recomputation, its hot spots offloaded to host memory until it fits", swap_only)
+         "recomputation, its hot spots offloaded to host memory until it fits", _swap_solver.swap_only)
 register("swap-recompute", "magis", "required", "offloading chosen jointly with recomputation: "
-         "auto's plans for several budgets, each swapped down; the fastest that fits", swap_recompute)
+         "auto's plans for several budgets, each swapped down; the fastest that fits",
+         _swap_recompute.swap_recompute)
 register("magis", "magis", "optional", "seeds/004's coordinated search over fission, recomputation "
          "and swapping: the fastest plan within the budget, or without one the least memory within "
-         "max_overhead (default 10%) more time", magis)
+         "max_overhead (default 10%) more time", _search.magis)
 register("torch-mincut", "pytorch", "none", "PyTorch's own partitioner (min_cut_rematerialization_"
          "partition), as torch.compile runs it")
 register("torch-offload", "pytorch", "none", "PyTorch's min cut with its activation offloading on "

@@ -36,14 +36,15 @@ from ..graph.graph import Graph
 from ..plans.saved_set import backward_work
 from ..plans.schedule import Schedule, never_recomputed, schedule_from_saved_set
 from ..plans.simulator import SimResult, simulate
-from .deadline import Deadline
+from .deadline import SCALE, Deadline
 
-DESCENT_SECONDS = 3.0
-"""At most this much of a solver's time limit goes to the descent."""
+DESCENT_SHARE = 0.05
+"""At most this share of a solver's time limit goes to the descent (3 s of the default 60 s:
+:meth:`remat.solvers.deadline.Deadline.share`)."""
 
 
 def descend(g: Graph, saved: Iterable[str], cost_model: CostModel | None = None, *,
-            budget: float | None = None, time_limit: float | None = DESCENT_SECONDS
+            budget: float | None = None, time_limit: float | None = DESCENT_SHARE * SCALE
             ) -> tuple[list[str], SimResult]:
     """The saved set a descent from ``saved`` reaches and its simulation (see the module
     docstring): within ``budget`` bytes if it gets there, else the least peak it found.

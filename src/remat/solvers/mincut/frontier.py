@@ -23,7 +23,7 @@ where the two lines cross; a cut cheaper than both there is a new vertex (recurs
 sides), otherwise the segment is an edge of the hull. That takes ``2k - 1`` max-flows for
 ``k`` vertices, exact rational prices when the integers fit, and stops at a deadline.
 
-Every vertex is a valid saved set; :func:`remat.solvers.auto.auto` judges each with the
+Every vertex is a valid saved set; :func:`remat.solvers.portfolio.portfolio` judges each with the
 simulator (real peak, fusion-aware predicted time) and keeps the fastest within the budget.
 Between two vertices the Lagrangian sees nothing (a saved set off the hull is never the
 cheapest for any price); ``tests/test_frontier.py`` checks the vertices against every cut of

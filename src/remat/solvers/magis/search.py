@@ -2,10 +2,10 @@
 fission, recomputation and swapping together.
 
 A *state* is a graph (the F-Tree's state: how many parts each candidate region runs as,
-:mod:`remat.transforms.ftree`), the values its forward saves (the rest the backward
+:mod:`remat.solvers.magis.ftree`), the values its forward saves (the rest the backward
 recomputes) and the values swapped out at their longest idle gap. Its schedule is rebuilt from
 these (fission applied, :func:`~remat.plans.schedule.schedule_from_saved_set`, offloads placed
-as :func:`~remat.transforms.swap.offload` places them: stores early, loads as late as the copy
+as :func:`~remat.solvers.magis.swap.offload` places them: stores early, loads as late as the copy
 hides) and judged by the simulator: peak bytes and predicted time.
 
 The rules, from a popped state: the F-Tree's (enable, lift, disable, more or fewer parts),
@@ -19,8 +19,9 @@ better than the best so far with both its measures relaxed by :data:`DELTA` (1.1
 seen before (same graph, saved set and swaps: a canonical hash of the state, which fixes the
 graph and its schedule) is skipped before it is scheduled.
 
-It starts from remat's own plans without fission (``auto``'s within the budget, the min cut
-without one, the step without recomputation), so it never returns a plan worse than those;
+It starts from remat's own plans without fission (the best starting plan,
+:func:`remat.solvers.portfolio.portfolio`, within the budget or for the least memory without
+one; the step without recomputation), so it never returns a plan worse than those;
 the best plan found is returned with its fissions in ``details["fissions"]``, and its graph
 (``plan.graph``) is the graph with them applied. Deterministic: no random choices, ties
 broken by the order states were made; the wall-clock limit can cut it short
@@ -41,37 +42,36 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from ..cost.model import CostModel, default_cost_model
-from ..cost.transfer import Link, link_for_graph, offload_allowed
-from ..errors import OptionError, PlanError, RematError
-from ..graph.fission import Fission
-from ..graph.graph import Graph
-from ..plans.budget import reference_saved, reference_schedule
-from ..plans.plan import Plan
-from ..plans.saved_set import backward_work
-from ..plans.schedule import Schedule, schedule_from_saved_set
-from ..plans.simulator import SimResult, simulate
-from ..transforms.fission import apply_fissions
-from ..transforms.ftree import LEVELS, FTree, ftree, mutations
-from ..transforms.reorder import reorder
-from ..transforms.swap import gaps, hot_spots, offload
-from .deadline import Deadline
-from .progress import report
+from ...cost.model import CostModel, default_cost_model
+from ...cost.transfer import Link, link_for_graph, offload_allowed
+from ...errors import OptionError, PlanError, RematError
+from ...graph.graph import Graph
+from ...plans.budget import reference_saved, reference_schedule
+from ...plans.plan import Plan
+from ...plans.saved_set import backward_work
+from ...plans.schedule import Schedule, schedule_from_saved_set
+from ...plans.simulator import SimResult, simulate
+from ...transforms.fission import apply_fissions
+from ...transforms.reorder import reorder
+from ..deadline import Deadline
+from ..portfolio import portfolio
+from ..progress import report
+from .ftree import LEVELS, FTree, ftree, mutations
+from .swap import gaps, hot_spots, offload
 
 DELTA = 1.1
 """The relaxation of ``BetterThan`` that decides which children enter the queue (Section 7.1)."""
 
-SEARCH_SECONDS = 15.0
-"""The search's own time, at most, when the time limit allows (the starting plans first)."""
+SEARCH_SHARE = 0.25
+"""The search's own share of the time limit (15 s of the default 60 s), at most what the
+starting plans left (:meth:`remat.solvers.deadline.Deadline.share`)."""
 
 TOP = 4
 """Hot spots tried per rule and state."""
 
-REORDER_SECONDS = 5.0
-"""At most this long re-ordering the best state's schedule, after the search."""
-
-AUTO_SEARCH_SECONDS = 10.0
-"""What ``auto`` gives the search when none of its plans fits, or for the least memory."""
+REORDER_SHARE = 1 / 12
+"""At most this share of the time limit (5 s of the default 60 s) re-ordering the best
+state's schedule, after the search."""
 
 DEFAULT_OVERHEAD = 0.10
 """Without a budget, the least memory within this share of extra step time."""
@@ -242,8 +242,6 @@ def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None
     memory), or, without a budget, the least memory within ``max_overhead`` (default
     :data:`DEFAULT_OVERHEAD`) more time than the step without recomputation. ``fission=False``
     searches recomputation and swapping only; ``iterations`` caps the states expanded."""
-    from .auto import _auto  # auto calls this search: imported here, not at the top
-
     t0 = time.perf_counter()
     if budget is not None and max_overhead is not None:
         raise OptionError("give a memory budget or max_overhead, not both")
@@ -261,21 +259,21 @@ def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None
         objective = Objective(seconds=reference.predicted_seconds * (1 + overhead))
     report(f"{g.name}: starting plans for the search")
     half = clock.left() / 2 if clock.limit is not None else None
-    base = _auto(g, budget if budget is not None else 0, cm, half, swapping=_swaps(link, g))
-    left = clock.left()
-    own = Deadline(SEARCH_SECONDS if left is None else min(left, SEARCH_SECONDS))
-    plan = _search(g, base, objective, cm, link, own, iterations, fission)
+    base = portfolio(g, budget if budget is not None else 0, cm, half, swapping=_swaps(link, g),
+                     scale=clock.scale)
+    plan = _search(g, base, objective, cm, link, clock, SEARCH_SHARE, iterations, fission)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
 
 
-def refine(g: Graph, base: Plan, budget: float, cm: CostModel, seconds: float,
+def refine(g: Graph, base: Plan, budget: float, cm: CostModel, clock: Deadline, share: float,
            iterations: int | None = None, fission: bool = True) -> Plan:
     """``base`` or a better plan the search finds from it within ``budget`` bytes (0: least
-    memory) in ``seconds``: how ``auto`` uses the search."""
+    memory), searching for ``share`` of ``clock``'s scale at most, within what is left of it:
+    how ``auto`` uses the search."""
     t0 = time.perf_counter()
     plan = _search(g, base, Objective(memory=float(budget)), cm, link_for_graph(g, cm),
-                   Deadline(seconds), iterations, fission)
+                   clock, share, iterations, fission)
     if plan is not base:
         plan.details["tried"] = base.details.get("tried", []) + [
             {"solver": base.solver, "status": base.status, "peak_bytes": base.peak_bytes,
@@ -297,9 +295,10 @@ def _swaps(link: Link, g: Graph) -> bool:
 
 
 def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Link, clock: Deadline,
-            iterations: int | None, fission: bool) -> Plan:
-    """Algorithm 3 from ``base`` and the step without recomputation; ``base`` when the search
-    finds nothing better."""
+            share: float, iterations: int | None, fission: bool) -> Plan:
+    """Algorithm 3 from ``base`` and the step without recomputation, for ``share`` of
+    ``clock``'s scale at most (then the re-ordering, :data:`REORDER_SHARE`); ``base`` when the
+    search finds nothing better."""
     saved_sets = [(base.solver, base.saved_names)] if base.statements is not None else []
     ref = reference_saved(g)
     if ref is not None:
@@ -309,7 +308,8 @@ def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Lin
     if not starts:
         return base
     report(f"{g.name}: searching ({len(search.tree)} fission candidates)")
-    best = _reordered(search.run(starts, clock, iterations), search, objective)
+    found = search.run(starts, clock.share(share), iterations)
+    best = _reordered(found, search, objective, clock.share(REORDER_SHARE))
     plan = _plan(best, search, objective)
     if base.peak_bytes is not None and base.status != "invalid" and \
             objective.key_of(base.peak_bytes, base.predicted_seconds) <= objective.key(best):
@@ -318,13 +318,13 @@ def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Lin
     return plan
 
 
-def _reordered(j: Judged, search: Search, objective: Objective) -> Judged:
+def _reordered(j: Judged, search: Search, objective: Objective, clock: Deadline) -> Judged:
     """``j`` with its schedule re-ordered for a lower peak (seeds/004 Section 6.1,
-    :func:`remat.transforms.reorder.reorder`) where that is better; a schedule with copies is
+    :func:`remat.transforms.reorder.reorder`) where that is better, within ``clock``; a schedule with copies is
     left as it is."""
     if j.state.swaps:
         return j
-    s = reorder(j.schedule, search.cm, time_limit=REORDER_SECONDS)
+    s = reorder(j.schedule, search.cm, time_limit=clock.limit)
     if s is j.schedule:
         return j
     sim = simulate(s, search.cm, link=search.link)

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from ..graph.dims import Component, dim_graph
-from ..graph.fission import Fission
-from ..graph.graph import Graph
-from .fission import MAX_PARTS, fission, illegal
-from ..errors import PlanError
+from ...graph.dims import Component, dim_graph
+from ...graph.fission import Fission
+from ...graph.graph import Graph
+from ...transforms.fission import MAX_PARTS, fission, illegal
+from ...errors import PlanError
 
 LEVELS = 4
 """L, the score bands of Algorithm 1 (seeds/004 Section 7.1: L = 4 works best)."""

@@ -1,10 +1,11 @@
-"""Solvers that swap (seeds/004): offload values to host memory, alone or with recomputation.
+"""The swap solver (seeds/004): offload values to host memory, alone or after recomputation.
 
 - ``swap``: the step without recomputation (:func:`~remat.plans.budget.reference_schedule`),
-  its hot spots swapped out until it fits the budget (:func:`remat.transforms.swap.swap`);
-- ``swap-recompute`` (:func:`remat.solvers.auto.swap_recompute`): what to offload chosen
-  jointly with what to recompute: recomputation plans made for several budgets, each swapped
-  down here (:func:`swap_down`), the fastest that fits winning.
+  its hot spots swapped out until it fits the budget (:func:`remat.solvers.magis.swap.swap`);
+- :func:`swap_down`: any schedules swapped down to a budget, the fastest that fits winning:
+  ``swap-recompute`` (:mod:`remat.solvers.magis.swap_recompute`) swaps down recomputation
+  plans made for several budgets, and the starting plans (:mod:`remat.solvers.portfolio`)
+  their fastest and smallest where copies run beside compute.
 
 ``reorder`` re-orders the step without recomputation for a lower peak
 (:func:`remat.transforms.reorder.reorder`). The swapping solvers take ``bandwidth=`` (bytes/s of the host link; :func:`remat.cost.transfer.link_for_graph`
@@ -15,19 +16,19 @@ from __future__ import annotations
 
 import time
 
-from ..cost.model import CostModel, default_cost_model
-from ..cost.transfer import Link, link_for_graph, offload_allowed
-from ..errors import RematError
-from ..graph.graph import Graph
-from ..plans.budget import reference_schedule
-from ..plans.plan import Plan
-from ..plans.schedule import Schedule
-from ..plans.simulator import simulate
-from ..transforms.swap import swap as swap_pass
-from ..transforms.reorder import reorder
-from ..transforms.swap import trade
-from .deadline import Deadline
-from .progress import report
+from ...cost.model import CostModel, default_cost_model
+from ...cost.transfer import Link, link_for_graph, offload_allowed
+from ...errors import RematError
+from ...graph.graph import Graph
+from ...plans.budget import reference_schedule
+from ...plans.plan import Plan
+from ...plans.schedule import Schedule
+from ...plans.simulator import simulate
+from ...transforms.reorder import reorder
+from ..deadline import Deadline
+from ..progress import report
+from .swap import swap as swap_pass
+from .trade import trade
 
 
 def refuse_without_offloading(g: Graph, solver: str) -> None:
@@ -67,8 +68,8 @@ def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: Cos
               clock: Deadline, budget: float | None) -> Plan:
     """Each schedule of ``starts`` (``(solver, schedule)``) re-ordered where over ``target``
     bytes (:func:`remat.transforms.reorder.reorder`: a lower peak at no cost), swapped down to
-    it (:func:`remat.transforms.swap.swap`), then, where it fits, its recomputations traded for
-    swaps while that is faster (:func:`remat.transforms.swap.trade`); the fastest that fits,
+    it (:func:`remat.solvers.magis.swap.swap`), then, where it fits, its recomputations traded for
+    swaps while that is faster (:func:`remat.solvers.magis.trade.trade`); the fastest that fits,
     or the smallest where none does."""
     t0 = time.perf_counter()
     best: Plan | None = None

@@ -1,0 +1,244 @@
+"""The starting plans: what ``auto``, MAGIS's search and ``swap-recompute`` all start from.
+
+:func:`portfolio` makes plans for a budget in this order, each stage only if the ones before
+found nothing that fits, and returns the best (every attempt in ``details["tried"]``):
+
+1. **the no-budget plan** (conservative min cut): when it fits, it is the answer unless a
+   frontier plan is no larger and clearly faster (:data:`CLEARLY_FASTER`), so a budget never
+   gives a plan that needs more memory or time than ``remat.compile(model)`` without one;
+2. **the fusion-aware frontier** (:mod:`remat.solvers.mincut.frontier`): every saved set that
+   is cheapest for some price of memory, and the aggressive min cut, each judged by the
+   simulator (real peak, fusion-aware predicted time); the fastest within the budget wins.
+   A few max-flows: well under a second on 50k-node graphs;
+3. **peak descent** (:mod:`remat.solvers.descent`) from the saved set of least peak so far:
+   one saved value dropped or one recomputed value saved at a time, while the simulated peak
+   falls, until it is within the budget (at most
+   :data:`~remat.solvers.descent.DESCENT_SHARE` of the time limit); the frontier prices bytes
+   saved, not bytes alive at the peak, and the least memory often lies between its vertices
+   (ResNet-18 tiny: 0.77 of the activation memory at the least-memory vertex, 0.66 after the
+   descent, PyTorch's knob 0.68; BENCHMARKS.md);
+4. **schedules that recompute in stages**, which a saved set cannot express: the classic
+   baselines (:data:`STAGED_BASELINES`), then Checkmate's MILP on graphs of at most
+   :data:`MILP_MAX_NODES` nodes, within :data:`STAGED_SHARE` of the time limit. Not for graphs
+   inductor compiles (:func:`~remat.solvers.feasible.staged_schedules_run_as_planned`): there
+   the portfolio keeps to saved sets.
+5. **offloading** (``swapping=True``) where a copy runs beside compute (a GPU, or a graph
+   without a device): the fastest plan that fits and the smallest, swapped down to the budget
+   (seeds/004; :func:`remat.solvers.magis.swap_solver.swap_down`), kept when that is faster or
+   the only way to fit. Not on a CPU, where a copy costs the compute stream as much as a
+   recomputation.
+
+When nothing fits, the plan of least peak is returned. ``budget=0`` asks for that plan: every
+stage runs, and the least peak wins. The stages' time shares are fractions of the call's time
+limit (:mod:`remat.solvers.deadline`).
+
+>>> from remat.graph.examples import offload_chain
+>>> p = portfolio(offload_chain(), 600)
+>>> p.solver, p.peak_bytes, [t["solver"] for t in p.details["tried"]][:2]
+('descent', 600, ['mincut-conservative', 'frontier'])
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..cost.model import CostModel, default_cost_model
+from ..cost.transfer import link_for_graph, offload_allowed
+from ..errors import RematError
+from ..graph.graph import Graph
+from ..plans.budget import reference_saved
+from ..plans.plan import FEASIBLE_STATUSES, Plan
+from .baselines import BASELINES
+from .checkmate import checkmate
+from .deadline import Deadline
+from .descent import DESCENT_SHARE, descend
+from .feasible import FIXED, staged_schedules_run_as_planned
+from .magis.swap_solver import swap_down
+from .mincut import mincut
+from .mincut.frontier import frontier
+from .progress import report
+
+STAGED_BASELINES = ("checkpoint-all", "chen-sqrtn", "chen-sqrtn-linearized", "chen-greedy",
+                    "griewank", "chen-greedy-linearized")
+"""The baselines tried when no saved set fits, cheapest first: the chain policies on the
+articulation points (``chen-*``, when the graph has any) and on the whole forward order
+(``-linearized``: on GPT-2 only these reach 0.2), and REVOLVE. The greedy ones and REVOLVE
+search (5-10 s each on an 800-node graph): they share :data:`STAGED_SHARE` evenly, and
+each stops at its best so far, its grid sampled coarse to fine."""
+
+STAGED_SHARE = 0.1
+"""At most this share of the time limit (6 s of the default 60 s) goes to the baselines and
+the MILP, so that a budget nothing reaches is reported in seconds."""
+
+CLEARLY_FASTER = 0.01
+"""Where the plan without a budget fits, another replaces it only if predicted this much faster
+(and no larger): a CNN's frontier plan predicted 0.003% faster recomputed 63 batch-norm values
+and measured 1.29x the step time under the eager compiler."""
+
+SAVED_SET_SOLVERS = ("mincut-conservative", "mincut-aggressive", "frontier", "no-recompute")
+"""The plans a peak descent may start from: saved sets."""
+
+MILP_MAX_NODES = 400
+"""Checkmate's MILP joins the portfolio only on graphs this small: on GPT-2 small (2,000
+nodes) HiGHS spends a minute without a first schedule."""
+
+
+def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = None,
+              time_limit: float | None = None, *, swapping: bool = False,
+              scale: float | None = None) -> Plan:
+    """The best starting plan for ``budget`` bytes (0: the least peak; None: the conservative
+    min cut) within ``time_limit`` seconds (see the module docstring); every plan made is in
+    ``details["tried"]``. ``swapping``: offloading too (stage 5). ``scale``: the seconds the
+    stages' shares are fractions of, where this call is a part of a longer one
+    (:class:`~remat.solvers.deadline.Deadline`; by default this call's own limit)."""
+    if budget is None:
+        return mincut(g, "conservative")
+    t0 = time.perf_counter()
+    clock = Deadline(time_limit, scale=scale)
+    cm = cost_model or default_cost_model(g)
+    least = budget <= 0
+    plans: list[Plan] = []
+
+    limit = None if least else int(budget)  # least memory: judged without a bound
+
+    def attempt(name: str, make: Callable[[], Plan]) -> Plan | None:
+        try:
+            p = make()
+        except RematError as e:  # a graph this solver cannot plan
+            p = Plan.without_schedule(g, solver=name, status="unsupported", message=str(e))
+        if p.statements is not None and (p.sim is None or p.budget != limit):
+            p.judge(limit, cm)
+        plans.append(p)
+        return p
+
+    report(f"{g.name}: the min cut without a budget")
+    base = attempt("mincut-conservative", lambda: mincut(g, "conservative"))
+    report(f"{g.name}: the fusion-aware frontier")
+    points = _frontier_plans(g, cm, clock, attempt)
+    attempt("mincut-aggressive", lambda: mincut(g, "aggressive"))
+    saved = reference_saved(g)
+    if saved is not None:  # the reference of a fraction: budget=1.0 always fits
+        attempt("no-recompute", lambda: Plan.from_saved_set(g, saved, solver="no-recompute"))
+    if least or not any(p.feasible for p in plans):
+        _descent(g, cm, clock, plans, limit, attempt)
+    if base.feasible and not least:
+        better = [p for p in plans if p.feasible and p is not base and p.peak_bytes <= base.peak_bytes
+                  and p.predicted_seconds <= base.predicted_seconds * (1 - CLEARLY_FASTER)]
+        return _done(min(better, key=_speed) if better else base, plans, t0, points)
+    staged = clock.share(STAGED_SHARE)
+    runs_staged = staged_schedules_run_as_planned(cm)
+    if (least or not any(p.feasible for p in plans)) and not runs_staged:
+        report(f"{g.name}: no staged schedules under a fusing compiler (saved sets only)")
+    elif least or not any(p.feasible for p in plans):
+        _baselines(g, cm, staged, limit, attempt)
+    if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
+            and not staged.expired() and runs_staged:
+        report(f"{g.name}: Checkmate's MILP")
+        attempt("checkmate", lambda: checkmate(g, budget, time_limit=staged.left(), cost_model=cm,
+                                               explain_infeasible=False))
+    if swapping:
+        _swapped(g, cm, clock, plans, limit, least)
+    valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
+    if least and valid:
+        best = min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
+        if best.status not in FEASIBLE_STATUSES:  # a baseline asked for 0 bytes says "infeasible"
+            best.details["solver_status"], best.status = best.status, "feasible"
+        best.judge(best.peak_bytes, cm, sim=best.sim)
+        return _done(best, plans, t0, points)
+    fits = [p for p in plans if p.feasible]
+    if fits:
+        return _done(min(fits, key=_speed), plans, t0, points)
+    best = min(valid, key=lambda p: p.peak_bytes) if valid else plans[0]
+    return _done(best, plans, t0, points)
+
+
+def _baselines(g: Graph, cm: CostModel, staged: Deadline, limit: int | None, attempt) -> None:
+    """The :data:`STAGED_BASELINES` in order, within ``staged``: the ones that search share
+    the time evenly (each stops at its best)."""
+    searching = [n for n in STAGED_BASELINES if n not in FIXED]
+    for name in STAGED_BASELINES:
+        if staged.expired():
+            break
+        report(f"{g.name}: baseline {name}")
+        share = staged.left()
+        if name in searching:
+            share = None if share is None else share / (len(searching) - searching.index(name))
+        attempt(name, lambda name=name, share=share: BASELINES[name](
+            g, limit or 0, cost_model=cm, time_limit=share))
+
+
+def _swapped(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit: int | None,
+             least: bool) -> None:
+    """Offloading where it can be cheaper than recomputation: on a device whose copies run
+    beside compute (a GPU; a graph without a device), the fastest plan so far that fits and the
+    smallest one, swapped down to the budget (:func:`remat.solvers.magis.swap_solver.swap_down`).
+    On a CPU a copy takes the compute stream's time and memory bandwidth, as recomputing does:
+    the portfolio does not offload there (the ``swap`` solvers still do when asked by name)."""
+    link = link_for_graph(g, cm)
+    valid = [p for p in plans if p.sim is not None and p.sim.valid]
+    if not link.asynchronous or not offload_allowed(g)[0] or not valid or clock.expired():
+        return
+    fits = [p for p in valid if p.feasible]
+    starts = {id(p): p for p in ([min(fits, key=_speed)] if fits and not least else [])
+              + [min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds))]}.values()
+    report(f"{g.name}: offloading instead of recomputing")
+    best = swap_down(g, [(p.solver, p.schedule()) for p in starts], limit or 0, cm, link, clock, limit)
+    if best.details.get("swaps"):
+        plans.append(best)
+
+
+def _speed(p: Plan) -> tuple:
+    """Fastest first (the fusion-aware prediction, or the additive cost on profiled graphs),
+    then least peak, then the solver's name: a deterministic choice."""
+    return (p.predicted_seconds, p.peak_bytes, p.solver)
+
+
+def _frontier_plans(g: Graph, cm: CostModel, clock: Deadline, attempt) -> int:
+    try:
+        points = frontier(g, cm, time_limit=clock.left())
+    except RematError as e:  # no valid saved set (flags that forbid every cut)
+        why = str(e)
+        attempt("frontier", lambda: Plan.without_schedule(g, solver="frontier", status="unsupported",
+                                                          message=why))
+        return 0
+    seen: set[tuple[str, ...]] = set()
+    for k, pt in enumerate(points):
+        key = tuple(pt.saved)
+        if key in seen:
+            continue
+        seen.add(key)
+        attempt("frontier", lambda pt=pt, k=k: Plan.from_saved_set(
+            g, pt.saved, solver="frontier", cost=float(pt.time),
+            details={"frontier_point": k, "frontier_points": len(points), "saved_bytes": pt.memory,
+                     "memory_price": [pt.lam_low, pt.lam_high]}))
+        if clock.expired():
+            break
+    return len(points)
+
+
+def _descent(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit: int | None,
+             attempt) -> None:
+    """Peak descent (:mod:`.descent`) from the saved set of least peak so far."""
+    starts = [p for p in plans if p.sim is not None and p.sim.valid and p.solver in SAVED_SET_SOLVERS]
+    if not starts or clock.expired():
+        return
+    start = min(starts, key=lambda p: (p.peak_bytes, p.predicted_seconds))
+    report(f"{g.name}: peak descent from {start.solver} ({start.peak_bytes:,} B)")
+    seconds = clock.share(DESCENT_SHARE).limit
+
+    def make() -> Plan:
+        saved, _ = descend(g, start.saved_names, cm, budget=limit, time_limit=seconds)
+        plan = Plan.from_saved_set(g, saved, solver="descent", details={"descended_from": start.solver})
+        return plan.judge(limit, cm)
+
+    attempt("descent", make)
+
+
+def _done(best: Plan, plans: list[Plan], t0: float, points: int) -> Plan:
+    best.details["tried"] = [{"solver": p.solver, "status": p.status, "peak_bytes": p.peak_bytes,
+                              "predicted_seconds": p.predicted_seconds,
+                              "compute_cost": p.compute_cost, "message": p.message} for p in plans]
+    best.details["frontier_points"] = points
+    best.solve_seconds = time.perf_counter() - t0
+    return best
