@@ -34,3 +34,39 @@ def test_solver_returns_within_its_time_limit(graph, solver, budget):
         assert e.smallest_feasible > 0
     elapsed = time.perf_counter() - t0
     assert elapsed <= LIMIT * 1.05 + NOISE, f"{solver} took {elapsed:.2f} s for a {LIMIT} s limit"
+
+
+def test_the_stages_shares_are_fractions_of_the_time_limit():
+    """The stages that may search long take shares of the call's time limit
+    (:mod:`remat.solvers.deadline`): under the default limit, a longer one or none, the
+    seconds they always had (6, 3, 10, 15 and 5 s); under a shorter one, as much less."""
+    from remat.solvers.auto import AUTO_SEARCH_SHARE
+    from remat.solvers.deadline import SCALE, Deadline
+    from remat.solvers.descent import DESCENT_SHARE
+    from remat.solvers.magis.search import REORDER_SHARE, SEARCH_SHARE
+    from remat.solvers.portfolio import STAGED_SHARE
+    from remat.solvers.registry import DEFAULT_TIME_LIMIT
+
+    assert SCALE == DEFAULT_TIME_LIMIT
+    shares = (STAGED_SHARE, DESCENT_SHARE, AUTO_SEARCH_SHARE, SEARCH_SHARE, REORDER_SHARE)
+    for limit in (None, DEFAULT_TIME_LIMIT, 600.0):
+        got = [Deadline(limit).share(f).limit for f in shares]
+        assert got == pytest.approx([6.0, 3.0, 10.0, 15.0, 5.0], abs=0.01), limit
+    small = [Deadline(2.0).share(f).limit for f in shares]
+    assert all(s <= 2.0 * f for s, f in zip(small, shares))
+    part = Deadline(1.0, scale=Deadline(DEFAULT_TIME_LIMIT).scale)  # a part of a longer call
+    assert part.share(STAGED_SHARE).limit <= 1.0 and part.scale == SCALE
+
+
+def test_min_with_a_small_time_limit_returns_within_a_bound_of_it():
+    """``budget="min"`` runs every stage and then, on a graph with dimensions, MAGIS's search:
+    each within a share of ``time_limit``. The search used to take 10 s whatever the limit
+    (10.2 s here for a 1 s limit); a generous bound, the machine being shared."""
+    from test_fission import mlp_graph
+
+    limit = 1.0
+    t0 = time.perf_counter()
+    plan = solve(mlp_graph(), "auto", budget="min", time_limit=limit)
+    elapsed = time.perf_counter() - t0
+    assert plan.feasible and "search" in plan.details  # the search ran
+    assert elapsed <= 2 * limit + NOISE, f"min took {elapsed:.2f} s for a {limit} s limit"
