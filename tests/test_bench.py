@@ -219,3 +219,142 @@ def test_cli_bench_writes_results(tmp_path, capsys):
     assert (out / "plots" / "timeline_cos-cos_tiny_cpu.png").exists()
     printed = capsys.readouterr().out
     assert "mincut-conservative" in printed
+
+
+# -- the harness (remat.bench.harness) and the scripts in benchmarks/ ----------------------------------
+
+import ast  # noqa: E402
+import importlib.util  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from remat.bench import harness  # noqa: E402
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = sorted(BENCHMARKS.glob("*.py"))
+SIBLINGS = {p.stem for p in SCRIPTS}
+
+
+def test_harness_writes_rows_with_the_expected_fields(tmp_path, capsys):
+    def arguments(ap):
+        ap.add_argument("--n", type=int, default=2)
+
+    def run(args):
+        cases = [harness.Case(f"c{i}", f"case {i}", None, ()) for i in range(args.n)]
+        variants = [harness.Variant("ok", {"x": 1.5}), harness.Variant("bad")]
+
+        def measure(case, v):
+            if v.name == "bad":
+                raise ValueError("no such thing")
+            return {"x": v.options["x"], "inf": float("inf")}
+        return harness.Result(harness.matrix(cases, variants, measure), {"extra": "yes"}, columns=("case", "x"))
+
+    script = tmp_path / "benchmarks" / "toy.py"
+    rc = harness.main(script, run, arguments, ["--n", "3"], doc="A toy.\n\nMore.")
+    assert rc == 0
+    path = tmp_path / "benchmarks" / "results" / "toy.json"
+    doc = json.loads(path.read_text())
+    assert {"format", "version", "script", "command", "meta", "rows"} <= set(doc)
+    assert doc["format"] == harness.RESULTS_FORMAT and doc["script"] == "toy"
+    assert doc["command"] == "python benchmarks/toy.py --n 3"
+    assert {"date", "torch", "python", "machine", "device", "remat_commit", "args"} <= set(doc["meta"])
+    assert doc["meta"]["args"]["n"] == 3 and doc["meta"]["extra"] == "yes"
+    rows = doc["rows"]
+    assert len(rows) == 6 and all({"case", "variant", "status"} <= set(r) for r in rows)
+    ok = [r for r in rows if r["variant"] == "ok"]
+    assert all(r["status"] == "ok" and r["x"] == 1.5 and r["inf"] == "inf" for r in ok)
+    bad = [r for r in rows if r["variant"] == "bad"]
+    assert all(r["status"].startswith("error: ValueError") and "no such thing" in r["note"] for r in bad)
+    meta, back = harness.read_rows(path)
+    assert back == rows and meta["command"] == doc["command"]
+    out = capsys.readouterr().out
+    assert "toy" in out and "wrote 6 rows" in out
+    # --no-results prints and writes nothing; --results names the file
+    path.unlink()
+    assert harness.main(script, run, arguments, ["--no-results"]) == 0 and not path.exists()
+    other = tmp_path / "elsewhere.json"
+    assert harness.main(script, run, arguments, ["--results", str(other), "--n", "1"]) == 0
+    assert len(harness.read_rows(other)[1]) == 2
+
+
+def test_harness_tables_and_steps():
+    rows = [{"model": "m", "peak_bytes": 123456, "ratio": 1.234, "note": "x", "solvers": ["a", "b"]}]
+    md = harness.markdown_table(rows)
+    assert md.splitlines()[0] == "| model | peak_bytes | ratio |" and "| m | 123,456 | 1.23 |" in md
+    assert harness.rich_table(rows, ["model", "solvers"]).row_count == 1
+    model = torch.nn.Linear(4, 2)
+    x = (torch.randn(3, 4),)
+    step = harness.make_step(lambda x: model(x).square().sum(), model, harness.copy_inputs(x))
+    step()
+    grads = [p.grad.clone() for p in model.parameters()]
+    step()  # zeroed in place, not accumulated
+    assert harness.grad_err(model, grads) == 0.0
+    assert harness.gradient_bytes(model) == (8 + 2) * 4
+    assert harness.measure_peak(step, keep=harness.held(model, x)) >= 0
+    t = harness.time_ratios({"a": step, "b": step}, "a", repeats=2, warmup=1)
+    assert t["a"]["ratio"] == 1.0 and t["b"]["step_ms"] > 0
+
+
+def _imports(tree: ast.AST) -> list[tuple[int, str]]:
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out += [(n.lineno, a.name) for a in n.names]
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            out.append((n.lineno, n.module))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "__import__":
+            out.append((n.lineno, ast.unparse(n.args[0]) if n.args else "?"))
+    return out
+
+
+def _path_edits(tree: ast.AST) -> list[int]:
+    """Lines that change ``sys.path`` (a call on it, or an assignment to it)."""
+    lines = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr == "path" and isinstance(n.value, ast.Name) and n.value.id == "sys":
+            parent_calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                            and c.func.value is n]
+            if parent_calls or isinstance(n.ctx, ast.Store):
+                lines.append(n.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_script_is_a_thin_entry(script):
+    """No sys.path edits and no imports of sibling scripts: what a script shares lives in
+    remat.bench (and its models in remat.zoo)."""
+    tree = ast.parse(script.read_text())
+    assert not _path_edits(tree), f"{script.name} edits sys.path at lines {_path_edits(tree)}"
+    siblings = [(ln, m) for ln, m in _imports(tree) if m.split(".")[0].strip("'\"") in SIBLINGS
+                or m.startswith("benchmarks")]
+    assert not siblings, f"{script.name} imports sibling scripts: {siblings}"
+    if script.name != "bench_solver.py":  # its own helper's
+        assert "harness.main(" in script.read_text(), f"{script.name} does not enter through remat.bench.harness"
+
+
+def _load(script: Path):
+    saved = dict(os.environ)
+    try:
+        name = f"benchmarks_{script.stem}"
+        spec = importlib.util.spec_from_file_location(name, script)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            del sys.modules[name]
+    finally:  # the scripts set REMAT_CACHE_DIR and inductor's cache switch for their own runs
+        os.environ.clear()
+        os.environ.update(saved)
+    return module
+
+
+@pytest.mark.parametrize("script", [p for p in SCRIPTS if p.name != "bench_solver.py"], ids=lambda p: p.name)
+def test_script_help_through_the_harness(script, capsys):
+    module = _load(script)
+    with pytest.raises(SystemExit) as e:
+        module.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--results" in out and "--no-results" in out, out
