@@ -69,8 +69,19 @@ def backward_work(g: Graph, saved: Iterable[str]) -> BackwardWork:
 
     The backward starts from the backward nodes and the forward ``backward_output``s that
     are not saved, and pulls in every forward value they read that is not saved: primal
-    inputs it would need are reported missing, the other values are computed.
+    inputs it would need are reported missing, the other values are computed. The last answer
+    is remembered per graph: a plan and then its schedule ask for the same saved set.
     """
+    saved = tuple(saved)
+    last = g._memo.get("backward_work")
+    if last is not None and last[0] == saved:
+        return last[1]
+    work = _backward_work(g, saved)
+    g._memo["backward_work"] = (saved, work)
+    return work
+
+
+def _backward_work(g: Graph, saved: tuple[str, ...]) -> BackwardWork:
     index = g._index
     saved_idx = [index[s] for s in saved]  # KeyError for an unknown name, like g.index
     a = g._arrays

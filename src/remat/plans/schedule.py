@@ -98,6 +98,48 @@ class Schedule:
         return "\n".join(map(str, self.statements))
 
 
+def statement_table(g: Graph) -> list[Statement]:
+    """Every node's two statements, made once per graph: ``compute`` of node ``i`` at ``2 * i``,
+    ``free`` at ``2 * i + 1`` (a large schedule shares them instead of making 10^5 tuples)."""
+    return g._derived("statement_table", lambda g: [
+        Statement(op, name) for name in g._arrays.names for op in ("compute", "free")])
+
+
+def _statement_array(g: Graph) -> np.ndarray:
+    """:func:`statement_table` as an object array, to pick a schedule's statements by code."""
+    def array(g: Graph) -> np.ndarray:
+        table = statement_table(g)
+        out = np.empty(len(table), dtype=object)
+        for k, st in enumerate(table):
+            out[k] = st
+        return out
+    return g._derived("statement_array", array)
+
+
+def statements_of(g: Graph, codes: np.ndarray) -> list[Statement]:
+    """The statements with these codes (:func:`statement_codes`), shared with the graph's
+    table. The last list made here is remembered with its codes (:func:`codes_of`)."""
+    stmts = _statement_array(g)[codes].tolist()
+    g._memo["last_statements"] = (list(stmts), codes)  # a copy: the caller's list may change
+    return stmts
+
+
+def codes_of(g: Graph, stmts: Sequence[Statement]) -> np.ndarray | None:
+    """The codes of ``stmts`` when they equal the last list :func:`statements_of` made (a
+    schedule judged right after it was built: comparing the lists costs a pointer check per
+    statement, looking the codes up a hash each); None otherwise."""
+    last = g._memo.get("last_statements")
+    if last is not None and len(last[0]) == len(stmts) and last[0] == stmts:
+        return last[1]
+    return None
+
+
+def statement_codes(g: Graph) -> dict[Statement, int]:
+    """``{statement: code}`` for the statements of :func:`statement_table` (``2 * i`` computes
+    node ``i``, ``2 * i + 1`` frees it); plain ``(op, name)`` tuples find their code too."""
+    return g._derived("statement_codes", lambda g: {st: k for k, st in enumerate(statement_table(g))})
+
+
 def kept_to_end(g: Graph) -> np.ndarray:
     """Values that live until the step ends: forward outputs (the loss), values the backward
     returns (gradients) and primal inputs and parameters. A schedule never frees them."""
@@ -118,21 +160,24 @@ def dropped_outputs(g: Graph) -> np.ndarray:
 def never_recomputed(g: Graph) -> np.ndarray:
     """Nodes a schedule may compute only once: random ops (a second run would draw fresh
     randomness) and nodes flagged ``must_save``."""
-    a = g._arrays
-    random = np.array([n.category == "random" for n in g.nodes], dtype=bool)
-    return (random | a.must_save) & ~a.primal
+    def once(g: Graph) -> np.ndarray:
+        a = g._arrays
+        random = np.array([n.category == "random" for n in g.nodes], dtype=bool)
+        return (random | a.must_save) & ~a.primal
+    return g._derived("never_recomputed", once).copy()
 
 
 def required_nodes(g: Graph) -> np.ndarray:
     """Nodes every schedule must compute at least once: the forward values the outputs need
     and every backward node (tangents included); primals are resident, not computed."""
-    a = g._arrays
-    req = np.array(_required_forward(g), dtype=bool) | ~a.forward
-    return req & ~a.primal
+    def required(g: Graph) -> np.ndarray:
+        a = g._arrays
+        return (np.array(_required_forward(g), dtype=bool) | ~a.forward) & ~a.primal
+    return g._derived("required_nodes", required).copy()
 
 
 @contextmanager
-def _gc_paused():
+def gc_paused():
     """Making a large schedule allocates ~10^5 small objects; the cyclic collector would scan
     the whole heap many times over (half the time on a 50k-node graph). None of them cycle."""
     was = gc.isenabled()
@@ -155,7 +200,7 @@ def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     demand), in graph order, as PyTorch's partitioner orders the backward to mimic the
     autograd engine; every value is freed after its last backward use.
     """
-    with _gc_paused():
+    with gc_paused():
         return _schedule_from_saved_set(g, saved)
 
 
@@ -168,105 +213,104 @@ def _schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:
     a = g._arrays
     n = a.n
     ins = g.input_indices
+    index = g._index
     keep = kept_to_end(g)
     is_saved = np.zeros(n, dtype=bool)
-    is_saved[[g.index(s) for s in saved]] = True
-    req = required_nodes(g)
+    is_saved[[index[s] for s in saved]] = True
 
     # the forward computes what its outputs and side effects need (required_nodes) and every
     # saved value, with its ancestors
-    in_fwd = req & a.forward
-    stack = [i for i in np.flatnonzero(is_saved & ~in_fwd & ~a.primal).tolist()]
+    in_fwd = required_nodes(g) & a.forward
+    stack = np.flatnonzero(is_saved & ~in_fwd & ~a.primal).tolist()
     while stack:
         i = stack.pop()
         if in_fwd[i] or a.primal[i]:
             continue
         in_fwd[i] = True
         stack.extend(ins[i])
-    fwd = np.flatnonzero(in_fwd).tolist()
-    bwd_work = set(g.index(c) for c in work.computed)
-    bwd_roots = np.flatnonzero(~a.forward).tolist()  # tangents and backward nodes, graph order
+    bwd_work = np.zeros(n, dtype=bool)
+    bwd_work[[index[c] for c in work.computed]] = True
+    bwd = _backward_order(g, is_saved, in_fwd, bwd_work, keep)
 
-    # backward order, as PyTorch's reordering_to_mimic_autograd_engine runs it: from the first
-    # user of a tangent on, each node the backward runs in graph order, preceded by the not yet computed
-    # values it needs (unsaved forward values recomputed on demand, backward nodes that do not
-    # read a tangent) in graph order
-    bwd: list[int] = []
-    done = np.zeros(n, dtype=bool)
-    tangents = [i for i in bwd_roots if g.nodes[i].role == "tangent"]
-    for t in tangents:
-        done[t] = True
-        bwd.append(t)
-    users = g._users
-    first = min((u for t in tangents for u in users[t]), default=n)
-
-    def needed(j: int) -> bool:
-        held = is_saved[j] or (keep[j] and in_fwd[j])  # saved, or an output kept anyway
-        return not done[j] and not a.primal[j] and (not a.forward[j] or (j in bwd_work and not held))
-
-    # what the backward runs: its own nodes and the forward values it computes (a forward
-    # backward_output that is not saved included) that something it runs reads.
-    # backward_work computes an unsaved output again, but this backward reads it, kept to the
-    # end: what only that output needed is not run (a tanh head's matmul was scheduled once
-    # more at the backward's end, read by nothing)
-    bwd_out = a.backward_output
-    reach = set(bwd_roots) | {i for i in bwd_work if bwd_out[i] and needed(i)}
-    stack = list(reach)
-    while stack:
-        for j in ins[stack.pop()]:
-            if j not in reach and needed(j):
-                reach.add(j)
-                stack.append(j)
-    members = sorted(set(bwd_roots) | {i for i in bwd_work if i in reach})
-    for root in [r for r in members if r >= first] + [r for r in members if r < first]:
-        if done[root]:
-            continue
-        found = {root}
-        stack = [root]
-        while stack:
-            for j in ins[stack.pop()]:
-                if j not in found and needed(j):
-                    found.add(j)
-                    stack.append(j)
-        for i in sorted(found):
-            done[i] = True
-            bwd.append(i)
-
-    stmts: list[Statement] = []
-    names = a.names
-    _emit(stmts, names, ins, fwd, keep | is_saved, first_phase=True)
     # the backward reads each saved value, then frees it after its last backward use; so too
     # each output the caller drops as the forward returns
     dropped = dropped_outputs(g)
-    _emit(stmts, names, ins, bwd, keep & ~dropped,
-          carried=np.flatnonzero((is_saved | dropped) & ~a.primal).tolist())
-    return Schedule(g, stmts, {"lowered_from": "saved_set", "saved": saved})
+    codes = np.concatenate((
+        _phase(a, np.flatnonzero(in_fwd), keep | is_saved),
+        _phase(a, bwd, keep & ~dropped, np.flatnonzero((is_saved | dropped) & ~a.primal))))
+    return Schedule(g, statements_of(g, codes), {"lowered_from": "saved_set", "saved": saved})
 
 
-def _emit(stmts: list[Statement], names: list[str], ins, order: list[int], keep: np.ndarray,
-          first_phase: bool = False, carried: Sequence[int] = ()) -> None:
-    """Append ``compute`` statements for ``order`` with ``free`` after each value's last use
-    within this phase; values in ``keep`` are not freed. ``carried`` values (computed in an
-    earlier phase) are freed after their last use here, or at once if unused."""
-    last_use: dict[int, int] = {}
-    for pos, i in enumerate(order):
-        for j in ins[i]:
-            last_use[j] = pos
-    keep = keep.tolist()
-    frees_at: list[list[int]] = [[] for _ in order]
-    get = last_use.get
-    for pos, i in enumerate(order):
-        if not keep[i]:
-            end = get(i, pos)
-            frees_at[end if end > pos else pos].append(i)  # recomputed after its last user: cannot happen
-    append = stmts.append
-    for j in carried:
-        if not keep[j]:
-            if j in last_use:
-                frees_at[last_use[j]].append(j)
-            else:
-                append(Statement("free", names[j]))
-    for pos, i in enumerate(order):
-        append(Statement("compute", names[i]))
-        for j in frees_at[pos]:
-            append(Statement("free", names[j]))
+def _backward_order(g: Graph, is_saved: np.ndarray, in_fwd: np.ndarray, bwd_work: np.ndarray,
+                    keep: np.ndarray) -> np.ndarray:
+    """The backward's nodes in the order PyTorch's ``reordering_to_mimic_autograd_engine`` runs
+    them: tangents first; then, from the first user of a tangent on, each node the backward
+    runs (a root) in graph order, preceded by the values it needs that are not computed yet
+    (unsaved forward values recomputed on demand, backward nodes that do not read a tangent) in
+    graph order; then the roots before that first user.
+
+    A root pulls in the values it needs unless an earlier root did, so each value comes with
+    the first root, in that order, that reaches it through values the backward computes: one
+    sweep against the topological order finds that root's position (``key``) for every value,
+    and the backward is the values sorted by (key, graph order).
+
+    What it runs: its own nodes and the forward values it computes (a forward backward_output
+    that is not saved included) that something it runs reads. backward_work computes an unsaved
+    output again, but this backward reads it, kept to the end: what only that output needed is
+    not run (a tanh head's matmul was scheduled once more at the backward's end, read by
+    nothing)."""
+    a = g._arrays
+    n = a.n
+    tangent = g._derived("tangents", lambda g: np.array([x.role == "tangent" for x in g.nodes], dtype=bool))
+    tangents = np.flatnonzero(tangent)
+    users = a.user_idx
+    firsts = [users[a.user_ptr[t]:a.user_ptr[t + 1]] for t in tangents.tolist()]
+    first = int(min((int(u.min()) for u in firsts if len(u)), default=n))
+    held = is_saved | (keep & in_fwd)  # saved, or an output kept anyway
+    # what the backward computes when a reader needs it: its own nodes, and the forward values
+    # backward_work computes that are not held
+    needed = ~a.primal & ~tangent & (~a.forward | (bwd_work & ~held))
+    seed = ~a.forward | (bwd_work & a.backward_output & needed)  # what it runs whoever reads it
+    root = ~a.forward | bwd_work
+    inf = 2 * n + 1
+    key = [inf] * n
+    ptr, uidx = a.user_ptr.tolist(), users.tolist()
+    needed_l, seed_l, root_l = needed.tolist(), seed.tolist(), root.tolist()
+    for j in np.flatnonzero(needed | seed)[::-1].tolist():
+        best = inf
+        if needed_l[j]:
+            for u in uidx[ptr[j]:ptr[j + 1]]:
+                if key[u] < best:
+                    best = key[u]
+        if best < inf or seed_l[j]:  # run: by a reader, or whoever reads it
+            if root_l[j]:
+                own = j if j >= first else j + n  # roots from the first tangent user on come first
+                if own < best:
+                    best = own
+            key[j] = best
+    keys = np.array(key, dtype=np.int64)
+    runs = np.flatnonzero((keys < inf) & ~tangent)  # in graph order; sorted by key, stably
+    return np.concatenate((tangents, runs[np.argsort(keys[runs], kind="stable")]))
+
+
+def _phase(a, order: np.ndarray, keep: np.ndarray, carried: np.ndarray | None = None) -> np.ndarray:
+    """The statement codes (:func:`statement_codes`) of one phase: ``compute`` for each node
+    of ``order``, with ``free`` after each value's last use within this phase; values in
+    ``keep`` are not freed. ``carried`` values (computed in an earlier phase) are freed after
+    their last use here (after the phase's own frees there), or at its start if unused."""
+    order = np.asarray(order, dtype=np.int64)
+    carried = np.zeros(0, dtype=np.int64) if carried is None else np.asarray(carried, dtype=np.int64)
+    pos = np.arange(len(order), dtype=np.int64)
+    deg = a.in_ptr[order + 1] - a.in_ptr[order]
+    at = np.arange(int(deg.sum()), dtype=np.int64) - np.repeat(np.cumsum(deg) - deg - a.in_ptr[order], deg)
+    last_use = np.full(a.n, -1, dtype=np.int64)
+    np.maximum.at(last_use, a.in_idx[at], np.repeat(pos, deg))
+    freed = ~keep[order]
+    values, when = order[freed], pos[freed]
+    carried = carried[~keep[carried]]
+    slot = np.concatenate((pos, np.maximum(last_use[values], when), last_use[carried]))
+    kind = np.concatenate((np.zeros(len(order), np.int64), np.ones(len(values), np.int64),
+                           np.full(len(carried), 2, np.int64)))
+    rank = np.concatenate((np.zeros(len(order), np.int64), when, np.arange(len(carried), dtype=np.int64)))
+    codes = np.concatenate((2 * order, 2 * values + 1, 2 * carried + 1))
+    return codes[np.lexsort((rank, kind, slot))]
