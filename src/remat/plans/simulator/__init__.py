@@ -35,7 +35,9 @@ and output together.
 The rules live in one module per statement kind: :mod:`.compute`, :mod:`.free`,
 :mod:`.copies` (offload, reload), with :mod:`.fusion` (which computes write to memory),
 :mod:`.inplace` (in-place writes), :mod:`.streams` (the two clocks), :mod:`.state` (what a
-replay tracks) and :mod:`.result`. :mod:`.replay` walks the statements in order.
+replay tracks) and :mod:`.result`. :mod:`.replay` walks the statements in order;
+:mod:`.vectorised` computes the same result with array operations for compute/free schedules
+judged without a fusing compiler (a min cut's plan of a large graph).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from .fusion import FAR, HEAVY_OPS, REALIZE_READS, allocations as _allocations
 from .replay import replay
 from .result import SimResult
 from .state import Replay
+from .vectorised import vectorised
 
 __all__ = ["FAR", "HEAVY_OPS", "REALIZE_READS", "SimResult", "simulate"]
 
@@ -75,6 +78,10 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     end."""
     g: Graph = schedule.graph
     cm = cost_model or default_cost_model(g)
+    if not cm.fused_memory:
+        fast = vectorised(schedule, cm, timeline=timeline)
+        if fast is not None:  # None: copies, or a problem the replay names
+            return fast
     copies = any(st.op in COPIES for st in schedule.statements)
     link = link or (link_for_graph(g, cm) if copies else Link(float("inf")))
     return replay(schedule, Replay(schedule, cm, link, timeline=timeline, kernel_groups=kernel_groups,
