@@ -36,3 +36,35 @@ def _reset_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (the README's ``-n 2``) each worker is one of two processes sharing the
+    machine's cores: one intra-op thread each (tests that measure on more threads set them)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _inductor_marker(request, monkeypatch):
+    """A test that lowers a graph with inductor (10-25 s each here) carries the ``inductor``
+    marker, so ``-m "not inductor"`` really leaves them out: fail one that does not."""
+    try:
+        from torch._inductor.graph import GraphLowering
+    except ImportError:
+        yield
+        return
+    lowered = []
+    init = GraphLowering.__init__
+
+    def counting(self, *args, **kwargs):
+        lowered.append(1)
+        return init(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphLowering, "__init__", counting)
+    yield
+    if lowered and request.node.get_closest_marker("inductor") is None:
+        pytest.fail(f"{request.node.nodeid} lowered {len(lowered)} graph(s) with inductor: "
+                    "mark it @pytest.mark.inductor", pytrace=False)
