@@ -426,7 +426,7 @@ class PooledConvBN(nn.Module):
     """A VGG-style CNN with BatchNorm: for each width a 3x3 convolution, BatchNorm, ReLU and a
     2x2 max pool, then a linear classifier on the flattened features of a ``side`` x ``side``
     image. On more than one CPU thread inductor hands each max pool's backward to ATen's
-    scatter (``benchmarks/vgg_trial.py``)."""
+    scatter (``benchmarks/user_trial.py --model vgg``)."""
 
     def __init__(self, widths=(16, 32, 64, 64), classes=10, side=32):
         super().__init__()
