@@ -216,8 +216,19 @@ def git_head(cwd: str | Path | None = None) -> str | None:
         return None
 
 
+def changed_sources(cwd: str | Path | None = None) -> int | None:
+    """How many files under ``src/`` differ from the commit (a run on a work in progress)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--", "."], capture_output=True, text=True,
+                             cwd=cwd or Path(__file__).resolve().parents[1], timeout=10).stdout
+        return sum(1 for line in out.splitlines() if line.strip())
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def environment(device: str = "cpu") -> dict:
-    """Where a run ran: date, torch, python, machine, commit."""
+    """Where a run ran: date, torch, python, machine, commit (and how many files of the
+    package differed from it)."""
     import torch
 
     machine = f"{platform.machine()} {os.cpu_count()} cpus, {torch.get_num_threads()} threads"
@@ -225,7 +236,7 @@ def environment(device: str = "cpu") -> dict:
         machine += f", {torch.cuda.get_device_name()}"
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "torch": torch.__version__, "python": platform.python_version(), "machine": machine,
-            "device": str(device), "remat_commit": git_head()}
+            "device": str(device), "remat_commit": git_head(), "remat_changed_files": changed_sources()}
 
 
 def _jsonable(x: Any):
