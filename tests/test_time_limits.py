@@ -36,31 +36,32 @@ def test_solver_returns_within_its_time_limit(graph, solver, budget):
     assert elapsed <= LIMIT * 1.05 + NOISE, f"{solver} took {elapsed:.2f} s for a {LIMIT} s limit"
 
 
-def test_the_stages_shares_are_fractions_of_the_time_limit():
-    """The stages that may search long take shares of the call's time limit
-    (:mod:`remat.solvers.deadline`): under the default limit, a longer one or none, the
-    seconds they always had (6, 3, 10, 15 and 5 s); under a shorter one, as much less."""
+def test_the_stages_shares_are_fractions_of_one_scale_within_the_time_limit(monkeypatch):
+    """The stages that may search long take shares of one scale (:mod:`remat.solvers.deadline`),
+    never more than what is left of the call's time limit: under the default limit, a longer
+    one or none, the seconds they always had (6, 3, 10, 15 and 5 s); under a shorter one, at
+    most that limit; a lower scale shortens them all."""
+    from remat.solvers import deadline
     from remat.solvers.auto import AUTO_SEARCH_SHARE
-    from remat.solvers.deadline import SCALE, Deadline
+    from remat.solvers.deadline import Deadline
     from remat.solvers.descent import DESCENT_SHARE
     from remat.solvers.magis.search import REORDER_SHARE, SEARCH_SHARE
     from remat.solvers.portfolio import STAGED_SHARE
     from remat.solvers.registry import DEFAULT_TIME_LIMIT
 
-    assert SCALE == DEFAULT_TIME_LIMIT
+    assert deadline.SCALE == DEFAULT_TIME_LIMIT
     shares = (STAGED_SHARE, DESCENT_SHARE, AUTO_SEARCH_SHARE, SEARCH_SHARE, REORDER_SHARE)
     for limit in (None, DEFAULT_TIME_LIMIT, 600.0):
         got = [Deadline(limit).share(f).limit for f in shares]
         assert got == pytest.approx([6.0, 3.0, 10.0, 15.0, 5.0], abs=0.01), limit
-    small = [Deadline(2.0).share(f).limit for f in shares]
-    assert all(s <= 2.0 * f for s, f in zip(small, shares))
-    part = Deadline(1.0, scale=Deadline(DEFAULT_TIME_LIMIT).scale)  # a part of a longer call
-    assert part.share(STAGED_SHARE).limit <= 1.0 and part.scale == SCALE
+    assert all(Deadline(2.0).share(f).limit <= 2.0 for f in shares)
+    monkeypatch.setattr(deadline, "SCALE", 6.0)
+    assert [Deadline(None).share(f).limit for f in shares] == pytest.approx([0.6, 0.3, 1.0, 1.5, 0.5])
 
 
 def test_min_with_a_small_time_limit_returns_within_a_bound_of_it():
     """``budget="min"`` runs every stage and then, on a graph with dimensions, MAGIS's search:
-    each within a share of ``time_limit``. The search used to take 10 s whatever the limit
+    each within what is left of ``time_limit``. The search used to take 10 s whatever the limit
     (10.2 s here for a 1 s limit); a generous bound, the machine being shared."""
     from test_fission import mlp_graph
 

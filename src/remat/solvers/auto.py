@@ -6,7 +6,8 @@ the no-budget plan when it fits, the fusion-aware frontier, peak descent, the st
 and Checkmate's MILP where small, offloading where copies run beside compute). When none of
 them fits, or for the least memory (``budget=0``, ``budget="min"``), and the graph has
 dimensions (what fission needs), MAGIS's search (:func:`remat.solvers.magis.search.refine`)
-goes on from that plan for at most :data:`AUTO_SEARCH_SHARE` of the time limit.
+goes on from that plan for at most :data:`AUTO_SEARCH_SHARE` of the scale (10 s), within
+what is left of the time limit.
 
 When nothing fits, the plan of least peak is returned (every attempt in
 ``details["tried"]``) and :func:`remat.solvers.solve` raises
@@ -25,8 +26,9 @@ from .mincut import mincut
 from .portfolio import portfolio
 
 AUTO_SEARCH_SHARE = 1 / 6
-"""The share of the time limit (10 s of the default 60 s) that ``auto`` gives MAGIS's search
-when none of its plans fits, or for the least memory; at most what is left."""
+"""The share of :data:`~remat.solvers.deadline.SCALE` (10 s of 60 s) that ``auto`` gives
+MAGIS's search when none of its plans fits, or for the least memory; at most what is left of
+the time limit."""
 
 
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,

@@ -39,8 +39,8 @@ from ..plans.simulator import SimResult, simulate
 from .deadline import SCALE, Deadline
 
 DESCENT_SHARE = 0.05
-"""At most this share of a solver's time limit goes to the descent (3 s of the default 60 s:
-:meth:`remat.solvers.deadline.Deadline.share`)."""
+"""At most this share of :data:`~remat.solvers.deadline.SCALE` (3 s of 60 s), within the time
+limit, goes to the descent (:meth:`remat.solvers.deadline.Deadline.share`)."""
 
 
 def descend(g: Graph, saved: Iterable[str], cost_model: CostModel | None = None, *,

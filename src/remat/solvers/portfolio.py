@@ -13,13 +13,13 @@ found nothing that fits, and returns the best (every attempt in ``details["tried
 3. **peak descent** (:mod:`remat.solvers.descent`) from the saved set of least peak so far:
    one saved value dropped or one recomputed value saved at a time, while the simulated peak
    falls, until it is within the budget (at most
-   :data:`~remat.solvers.descent.DESCENT_SHARE` of the time limit); the frontier prices bytes
+   :data:`~remat.solvers.descent.DESCENT_SHARE` of the scale, 3 s); the frontier prices bytes
    saved, not bytes alive at the peak, and the least memory often lies between its vertices
    (ResNet-18 tiny: 0.77 of the activation memory at the least-memory vertex, 0.66 after the
    descent, PyTorch's knob 0.68; BENCHMARKS.md);
 4. **schedules that recompute in stages**, which a saved set cannot express: the classic
    baselines (:data:`STAGED_BASELINES`), then Checkmate's MILP on graphs of at most
-   :data:`MILP_MAX_NODES` nodes, within :data:`STAGED_SHARE` of the time limit. Not for graphs
+   :data:`MILP_MAX_NODES` nodes, within :data:`STAGED_SHARE` of the scale (6 s). Not for graphs
    inductor compiles (:func:`~remat.solvers.feasible.staged_schedules_run_as_planned`): there
    the portfolio keeps to saved sets.
 5. **offloading** (``swapping=True``) where a copy runs beside compute (a GPU, or a graph
@@ -29,8 +29,8 @@ found nothing that fits, and returns the best (every attempt in ``details["tried
    recomputation.
 
 When nothing fits, the plan of least peak is returned. ``budget=0`` asks for that plan: every
-stage runs, and the least peak wins. The stages' time shares are fractions of the call's time
-limit (:mod:`remat.solvers.deadline`).
+stage runs, and the least peak wins. The stages' times are shares of one scale, within the
+call's time limit (:mod:`remat.solvers.deadline`).
 
 >>> from remat.graph.examples import offload_chain
 >>> p = portfolio(offload_chain(), 600)
@@ -68,8 +68,9 @@ search (5-10 s each on an 800-node graph): they share :data:`STAGED_SHARE` evenl
 each stops at its best so far, its grid sampled coarse to fine."""
 
 STAGED_SHARE = 0.1
-"""At most this share of the time limit (6 s of the default 60 s) goes to the baselines and
-the MILP, so that a budget nothing reaches is reported in seconds."""
+"""At most this share of :data:`~remat.solvers.deadline.SCALE` (6 s of 60 s), within the time
+limit, goes to the baselines and the MILP, so that a budget nothing reaches is reported in
+seconds."""
 
 CLEARLY_FASTER = 0.01
 """Where the plan without a budget fits, another replaces it only if predicted this much faster
@@ -85,17 +86,14 @@ nodes) HiGHS spends a minute without a first schedule."""
 
 
 def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = None,
-              time_limit: float | None = None, *, swapping: bool = False,
-              scale: float | None = None) -> Plan:
+              time_limit: float | None = None, *, swapping: bool = False) -> Plan:
     """The best starting plan for ``budget`` bytes (0: the least peak; None: the conservative
     min cut) within ``time_limit`` seconds (see the module docstring); every plan made is in
-    ``details["tried"]``. ``swapping``: offloading too (stage 5). ``scale``: the seconds the
-    stages' shares are fractions of, where this call is a part of a longer one
-    (:class:`~remat.solvers.deadline.Deadline`; by default this call's own limit)."""
+    ``details["tried"]``. ``swapping``: offloading too (stage 5)."""
     if budget is None:
         return mincut(g, "conservative")
     t0 = time.perf_counter()
-    clock = Deadline(time_limit, scale=scale)
+    clock = Deadline(time_limit)
     cm = cost_model or default_cost_model(g)
     least = budget <= 0
     plans: list[Plan] = []

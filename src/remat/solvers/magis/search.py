@@ -63,15 +63,15 @@ DELTA = 1.1
 """The relaxation of ``BetterThan`` that decides which children enter the queue (Section 7.1)."""
 
 SEARCH_SHARE = 0.25
-"""The search's own share of the time limit (15 s of the default 60 s), at most what the
-starting plans left (:meth:`remat.solvers.deadline.Deadline.share`)."""
+"""The search's own share of :data:`~remat.solvers.deadline.SCALE` (15 s of 60 s), at most
+what the starting plans left of the time limit (:meth:`remat.solvers.deadline.Deadline.share`)."""
 
 TOP = 4
 """Hot spots tried per rule and state."""
 
 REORDER_SHARE = 1 / 12
-"""At most this share of the time limit (5 s of the default 60 s) re-ordering the best
-state's schedule, after the search."""
+"""At most this share of :data:`~remat.solvers.deadline.SCALE` (5 s of 60 s), within the time
+limit, re-ordering the best state's schedule after the search."""
 
 DEFAULT_OVERHEAD = 0.10
 """Without a budget, the least memory within this share of extra step time."""
@@ -259,8 +259,7 @@ def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None
         objective = Objective(seconds=reference.predicted_seconds * (1 + overhead))
     report(f"{g.name}: starting plans for the search")
     half = clock.left() / 2 if clock.limit is not None else None
-    base = portfolio(g, budget if budget is not None else 0, cm, half, swapping=_swaps(link, g),
-                     scale=clock.scale)
+    base = portfolio(g, budget if budget is not None else 0, cm, half, swapping=_swaps(link, g))
     plan = _search(g, base, objective, cm, link, clock, SEARCH_SHARE, iterations, fission)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
@@ -269,7 +268,7 @@ def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None
 def refine(g: Graph, base: Plan, budget: float, cm: CostModel, clock: Deadline, share: float,
            iterations: int | None = None, fission: bool = True) -> Plan:
     """``base`` or a better plan the search finds from it within ``budget`` bytes (0: least
-    memory), searching for ``share`` of ``clock``'s scale at most, within what is left of it:
+    memory), searching for ``share`` of the scale at most, within what is left of ``clock``:
     how ``auto`` uses the search."""
     t0 = time.perf_counter()
     plan = _search(g, base, Objective(memory=float(budget)), cm, link_for_graph(g, cm),
@@ -296,9 +295,9 @@ def _swaps(link: Link, g: Graph) -> bool:
 
 def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Link, clock: Deadline,
             share: float, iterations: int | None, fission: bool) -> Plan:
-    """Algorithm 3 from ``base`` and the step without recomputation, for ``share`` of
-    ``clock``'s scale at most (then the re-ordering, :data:`REORDER_SHARE`); ``base`` when the
-    search finds nothing better."""
+    """Algorithm 3 from ``base`` and the step without recomputation, for ``share`` of the scale
+    at most (then the re-ordering, :data:`REORDER_SHARE`), within what is left of ``clock``;
+    ``base`` when the search finds nothing better."""
     saved_sets = [(base.solver, base.saved_names)] if base.statements is not None else []
     ref = reference_saved(g)
     if ref is not None:

@@ -68,8 +68,8 @@ def swap_recompute(g: Graph, *, budget: float | None = None, cost_model: CostMod
         milp = b and len(g) <= MILP_MAX_NODES and staged_schedules_run_as_planned(cm)
         # the starting plans first (they stop early once a plan fits); the MILP gets what is
         # left of the rung
-        made = [portfolio(g, b, cm, None if left is None else (left / 2 if k == 0 else rung.limit / 3),
-                          scale=clock.scale)]
+        seconds = None if left is None else (left / 2 if k == 0 else rung.limit / 3)
+        made = [portfolio(g, b, cm, seconds)]
         if milp:  # Checkmate's optimum for this budget, in what is left of the rung's time
             made.append(checkmate(g, b, cost_model=cm, explain_infeasible=False, time_limit=rung.left()))
         for p in made:
