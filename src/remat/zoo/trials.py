@@ -34,6 +34,32 @@ class Case:
     config: dict = field(default_factory=dict)
     gradient_bytes: int = 0
 
+
+def copy_inputs(inputs: tuple) -> tuple:
+    """Fresh copies of the input tensors (``requires_grad`` kept), so each method gets its own."""
+    return tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
+
+
+def make_step(fn: Callable, model: nn.Module, inputs: tuple, grads: str = "keep") -> Callable[[], torch.Tensor]:
+    """A training step: gradients zeroed in place (``grads="keep"``:
+    ``zero_grad(set_to_none=False)``) or set to None (``grads="none"``), then
+    ``fn(*inputs).backward()``; returns the detached loss."""
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step() -> torch.Tensor:
+        for p in params:
+            if p.grad is not None:
+                if grads == "keep":
+                    p.grad.zero_()  # opt.zero_grad(set_to_none=False)
+                else:
+                    p.grad = None
+        loss = fn(*inputs)
+        loss.backward()
+        return loss.detach()
+
+    return step
+
+
 # -- the models of the budget comparison (budgets_vs_torch) -----------------------------------------
 
 class LMLoss(nn.Module):
@@ -497,3 +523,24 @@ class SkipMLP(nn.Module):
         for d, s in zip(self.dec, reversed(skips)):
             x = d(torch.cat([x, s], -1))
         return self.head(x).logsumexp(-1).mean()
+
+
+# -- one model and its step, by name (predictions, partition_ranking, peak_trace) ---------------------
+
+def model_case(name: str, device: str = "cpu"):
+    """(model, step maker) of a budget model (:func:`budget_case`, ``quick``) or a user trial
+    (:data:`USER_TRIALS`): ``make(fn, model)`` returns the training step of ``fn``, a compiled
+    ``model``. GPT-NeoX's step holds its output through the backward, as a user's loop does."""
+    if name in USER_TRIALS:
+        t = USER_TRIALS[name]
+        inputs = t.inputs()
+        inputs = inputs.to(device) if isinstance(inputs, torch.Tensor) else tuple(x.to(device) for x in inputs)
+        if name == "gptneox":
+            return t.build().to(device), lambda fn, model: gptneox_step(fn, model, inputs, hold=True)
+        return t.build().to(device), lambda fn, model: t.make(fn, model, inputs)
+    case = budget_case(name, "quick", torch.float32, device)
+
+    def make(fn, model):
+        return make_step(fn, model, copy_inputs(case.inputs), "keep")
+
+    return case.model, make
