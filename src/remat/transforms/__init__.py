@@ -1,1 +1,2 @@
-"""Schedule -> Schedule passes: re-ordering (reorder) and swapping (swap)."""
+"""Pure passes: re-ordering (reorder, Schedule -> Schedule) and fission (Graph -> Graph). MAGIS's
+swap pass and trade live with its solvers, in :mod:`remat.solvers.magis`."""
