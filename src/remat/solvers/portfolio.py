@@ -182,7 +182,9 @@ def _swapped(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit:
               + [min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds))]}.values()
     report(f"{g.name}: offloading instead of recomputing")
     best = swap_down(g, [(p.solver, p.schedule()) for p in starts], limit or 0, cm, link, clock, limit)
-    if best.details.get("swaps"):
+    # kept where it swapped a value out or traded a recomputation (read from the schedule, not
+    # from the plan's report of it)
+    if any(st.op == "offload" for st in best.statements) or best.details.get("recomputations_traded"):
         plans.append(best)
 
 
