@@ -12,8 +12,8 @@ from .streams import compute_seconds
 
 def compute(r: Replay, k: int, st: Statement, i: int) -> None:
     if r.grouped and (r.library[i] or (not r.backward and not r.forward[i])):
-        if r.into_copy[i] and not r.resident[i]:
-            r.reach(r.mem + r.sizes[r.owner[i]], k)  # a scatter ATen runs in place into a copy the kernel before it wrote
+        if r.into_copy[i] and not r.resident[i]:  # a scatter ATen runs in place into a copy
+            r.reach(r.mem + r.sizes[r.owner[i]], k)  # the kernel before it wrote
         r.flush()  # a library call, or the backward's graph starts
     if r.primal[i]:
         r.err(f"statement {k}: {st}: inputs and parameters are resident, never computed")
