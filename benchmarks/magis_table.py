@@ -164,7 +164,7 @@ class Row:
     solvers: list[str] = field(default_factory=list)
     plan_status: list[str] = field(default_factory=list)
     recomputes: int | None = None  # the plans' recomputations (simulator's count)
-    fissions: int | None = None  # fissions the plans apply (details["fissions"])
+    fissions: int | None = None  # fissions the plans apply (plan.fissions)
     offloads: int | None = None  # values the plans offload to host memory
     search: dict | None = None  # magis: details["search"] (fission candidates, states expanded, seen)
     note: str = ""
@@ -297,7 +297,7 @@ def run_variant(case: Case, method: str, mode: str, value: Any, args, ref: Refer
             row.plan_s = float(sum(p.solve_seconds or 0.0 for p in plans))
         rec = [p.recomputes for p in plans]
         row.recomputes = int(sum(rec)) if plans and all(r is not None for r in rec) else None
-        row.fissions = sum(len(p.details.get("fissions") or ()) for p in plans)
+        row.fissions = sum(len(p.fissions) for p in plans)
         row.offloads = sum(len({s.node for s in (p.statements or ()) if s.op == "offload"}) for p in plans)
         searches = [p.details.get("search") for p in plans if isinstance(p.details.get("search"), dict)]
         if searches:

@@ -96,7 +96,7 @@ def run(args):
             continue
         err = max(float((p.grad - e).abs().max()) for p, e in zip(model.parameters(), eager))
         pm = peak_memory(step, warmup=1, timeline=False)
-        fis = [f"{len(f['nodes'])} nodes / {f['n']}" for p in plans for f in p.details.get("fissions", [])]
+        fis = [f"{len(f.nodes)} nodes / {f.n}" for p in plans for f in p.fissions]
         predicted = sum(p.peak_bytes for p in plans if p.peak_bytes is not None)
         rows[name] = {"status": "ok", "peak": pm.peak_bytes, "grad_err": err, "fissions": fis,
                       "predicted_peak": predicted, "plan_s": sum(p.solve_seconds for p in plans)}

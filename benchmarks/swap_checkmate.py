@@ -106,7 +106,7 @@ def run(args):
                          "recompute": ratio(best), "recompute_fraction": frac(best), "recompute_solver":
                          best.solver if best else None, "checkmate": ratio(mi), "checkmate_fraction": frac(mi),
                          "swap": ratio(sw), "swap_fraction": frac(sw), "swap_recompute": ratio(sr),
-                         "swap_recompute_fraction": frac(sr), "swaps": sr.details.get("swaps", 0) if sr else None,
+                         "swap_recompute_fraction": frac(sr), "swaps": sr.swaps if sr else None,
                          "recomputation_from": sr.details.get("recomputation_from") if sr else None})
         print()
     return harness.Result(rows, {"link": args.link, "time_limit": args.time_limit}, printed=True)

@@ -99,7 +99,7 @@ def run(args):
             print(f"| {b} | {' | '.join(row)} | {sr.details.get('swaps', 0) if sr else '-'} | "
                   f"{time.perf_counter() - t0:.0f} |", flush=True)
             rows.append({"model": name, "nodes": len(g), "budget": b, "cells": dict(zip(
-                ("recompute", "swap", "swap_recompute"), row)), "swaps": sr.details.get("swaps", 0) if sr else None,
+                ("recompute", "swap", "swap_recompute"), row)), "swaps": sr.swaps if sr else None,
                 "torch_offload_time_ratio": off.predicted_seconds / base.predicted_seconds,
                 "torch_offload_fraction": (off.peak_bytes - res) / act, "seconds": time.perf_counter() - t0})
     return harness.Result(rows, printed=True)

@@ -85,6 +85,37 @@ def test_unknown_options_raise_and_name_the_valid_ones():
     x = torch.randn(16, 32)
     with pytest.raises(remat.OptionError, match="unknown option 'solvr'"):
         torch.compile(MLP(), backend="remat", options={"solvr": "auto", "compiler": "eager"})(x)
+    with pytest.raises(remat.OptionError, match="offload, bandwidth, max_overhead; torch") as e:
+        remat.compile(MLP(), max_overheads=0.1)  # the documented options, not internal fields
+    assert "plans_for" not in str(e.value)
+
+
+def test_one_compile_reads_the_budget_and_checks_the_options_once(monkeypatch):
+    """One request object (remat.solvers.request.Request), made at the API and passed down:
+    the partitioner, the plan cache's key and the registry's solve do not read the budget or
+    check the options again (issue 29: 4 and 3 times before)."""
+    from remat.solvers import registry
+
+    counts = {"parse": 0, "check": 0}
+    parse, check = Budget.parse.__func__, registry.check_options
+
+    def counted_parse(cls, budget):
+        counts["parse"] += not isinstance(budget, Budget)
+        return parse(cls, budget)
+
+    def counted_check(*args, **kwargs):
+        counts["check"] += 1
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(Budget, "parse", classmethod(counted_parse))
+    monkeypatch.setattr(registry, "check_options", counted_check)
+    monkeypatch.setenv("REMAT_CACHE_DIR", "off")
+    remat.plan(f1, *[torch.randn(64, requires_grad=True) for _ in range(4)], budget=0.9,
+               solver="mincut-aggressive")
+    assert counts == {"parse": 1, "check": 1}
+    counts.update(parse=0, check=0)
+    remat.solve(cos_cos_graph(), "checkmate", budget="90%")
+    assert counts == {"parse": 1, "check": 1}
 
 
 def test_compile_forwards_solver_options_and_torch_compile_arguments():
@@ -162,6 +193,44 @@ def test_plan_round_trips_through_json_with_its_schedule():
         Plan.from_dict({**d, "version": 1})
     with pytest.raises(remat.PlanError, match="needs the graph|load the graph"):
         Plan.from_dict(d).schedule()
+
+
+def test_a_judged_plan_is_sealed_and_reported_on_a_copy():
+    """remat.solve returns a judged plan that nothing changes afterwards: assigning a field,
+    judging it again or editing its options or details raises; Plan.updated is a new plan."""
+    import dataclasses
+
+    plan = remat.solve(cos_cos_graph(), "checkmate", budget=0.9)
+    assert plan.is_sealed
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.status = "optimal"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.judge(1)
+    with pytest.raises(TypeError, match="read-only"):
+        plan.details["cache"] = "hit"
+    with pytest.raises(TypeError, match="read-only"):
+        plan.options.update(budget="1.0")
+    again = plan.updated(options={"step_graph": 1}, details={"cache": "hit"})
+    assert again is not plan and again.is_sealed
+    assert again.options == {**plan.options, "step_graph": 1} and "step_graph" not in plan.options
+    assert "cache" not in plan.details and again.statements == plan.statements
+    assert json.loads(again.to_json())["details"]["cache"] == "hit"
+
+
+def test_a_plan_of_version_2_reads_its_typed_fields_from_details():
+    """Before version 3 a plan's fissions, swaps and link rode in ``details``: such a plan reads
+    back with them as the typed fields, and writes version 3."""
+    from remat.cost.transfer import Link
+
+    d = remat.solve(cos_cos_graph(), "mincut-aggressive").to_dict()
+    link = {"bandwidth": 2e9, "asynchronous": True, "latency": 1e-6, "source": "given"}
+    old = {k: v for k, v in d.items() if k not in ("fissions", "swaps", "link")}
+    old.update(version=2, details={**d["details"], "swaps": 3, "link": link, "fissions": []})
+    back = Plan.from_dict(old, graph=cos_cos_graph())
+    assert (back.swaps, back.link, back.fissions) == (3, Link(2e9, True, 1e-6, "given"), ())
+    assert not {"swaps", "link", "fissions"} & set(back.details)
+    out = back.to_dict()
+    assert out["version"] == 3 and out["swaps"] == 3 and out["link"] == link
 
 
 def test_decisions_mirror_the_schedule():

@@ -114,6 +114,28 @@ def test_a_round_trip_returns_the_same_plan(tmp_path, solver, budget):
     assert again.solve_seconds < 1.0
 
 
+def test_a_plan_with_fissions_is_served_against_the_graph_split_again(tmp_path):
+    """The cache sits below the transforms: cached_solve hands it apply_fissions, and a plan
+    whose schedule names fission parts is loaded against the graph split as it says (before,
+    it was checked against the unsplit graph and never served)."""
+    from test_fission import mlp_graph
+
+    from remat.plans.budget import reference_schedule
+    from remat.plans.simulator import simulate
+
+    g = mlp_graph()
+    ref = simulate(reference_schedule(g))
+    budget = int(ref.constant_bytes + 0.7 * (ref.peak_bytes - ref.constant_bytes))
+    fresh = cached_solve(g, "magis", budget=budget, time_limit=None, iterations=30, cache=tmp_path)
+    assert fresh.details["cache"] == "miss" and fresh.fissions
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RematCacheWarning)
+        again = cached_solve(g, "magis", budget=budget, time_limit=None, iterations=30, cache=tmp_path)
+    assert again.details["cache"] == "hit" and again.fissions == fresh.fissions
+    assert list(again.statements) == list(fresh.statements) and again.peak_bytes == fresh.peak_bytes
+    assert again.graph.meta["fissions"] == [f.to_dict() for f in fresh.fissions]
+
+
 def _stored(tmp_path, g=None, solver="mincut-aggressive", **kw):
     g = g or cos_cos_graph()
     store = PlanCache(tmp_path)

@@ -151,16 +151,17 @@ def test_the_search_is_deterministic_and_its_plan_replays_within_the_budget():
     budget = int(ref.constant_bytes + 0.7 * (ref.peak_bytes - ref.constant_bytes))
     plans = [solve(g, "magis", budget=budget, time_limit=None, iterations=30) for _ in range(2)]
     a, b = plans
-    assert a.details["fissions"] == b.details["fissions"]
+    assert a.fissions == b.fissions
     assert list(a.statements) == list(b.statements)
     assert a.feasible and a.peak_bytes <= budget
     assert simulate(a.schedule()).peak_bytes == a.peak_bytes  # replays on its own graph
-    assert a.details["fissions"], "this graph needs fission to fit 0.7 of its peak"
+    assert a.fissions, "this graph needs fission to fit 0.7 of its peak"
 
 
 def test_a_plan_with_fissions_goes_through_its_json_and_back():
-    """The plan's JSON carries its fissions; read back against the graph it was made for, it
-    splits that graph again and replays to the same peak."""
+    """The plan's JSON carries its fissions; read back against the graph it was made for, split
+    again by the caller (the plan does not import the transforms), it replays to the same peak;
+    against the graph unsplit it is refused, saying so."""
     import json
 
     from remat.plans.plan import Plan
@@ -170,8 +171,11 @@ def test_a_plan_with_fissions_goes_through_its_json_and_back():
     budget = int(ref.constant_bytes + 0.7 * (ref.peak_bytes - ref.constant_bytes))
     p = solve(g, "magis", budget=budget, time_limit=None, iterations=30)
     d = json.loads(p.to_json())
-    assert d["details"]["fissions"] == p.details["fissions"] and d["details"]["fissions"]
-    q = Plan.from_dict(d, graph=g)
-    assert q.graph.meta["fissions"] == p.details["fissions"]
+    assert d["fissions"] == [f.to_dict() for f in p.fissions] and d["fissions"] and "fissions" not in d["details"]
+    with pytest.raises(PlanError, match="fissions applied"):
+        Plan.from_dict(d, graph=g)
+    q = Plan.from_dict(d, graph=apply_fissions(g, Plan.from_dict(d).fissions))
+    assert q.fissions == p.fissions and q.graph.meta["fissions"] == d["fissions"]
+    assert q.to_dict() == d
     assert simulate(q.schedule()).peak_bytes == p.peak_bytes
     assert "split in" in q.summary()

@@ -36,8 +36,8 @@ def test_gradients_equal_eager_under_the_search(name):
             continue
         assert plans and all(p.feasible for p in plans)
         for p in plans:  # a plan with fissions runs on the graph split as it says
-            for f in p.details.get("fissions", []):
-                assert all(f"{v}__part0" in p.graph for v in f["nodes"])
+            for f in p.fissions:
+                assert all(f"{v}__part0" in p.graph for v in f.nodes)
         assert_close_to_reference(got, reference)
     torch._dynamo.reset()
 
@@ -57,9 +57,9 @@ def test_an_mlp_is_split_along_its_batch_and_trains_as_eager():
                          on_plan=lambda g, p: plans.append(p))
     step(x).square().sum().backward()
     (plan,) = plans
-    assert plan.feasible and plan.details["fissions"]
-    f = plan.details["fissions"][0]
-    assert f["length"] == 1024 and f["n"] >= 2 and -1 in f["outputs"].values()  # a summed gradient
+    assert plan.feasible and plan.fissions
+    f = plan.fissions[0]
+    assert f.length == 1024 and f.n >= 2 and -1 in f.outputs.values()  # a summed gradient
     for a, b in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
 

@@ -57,9 +57,7 @@ def run(args) -> int:
     except InfeasibleBudgetError as e:
         if not args.json:
             raise
-        plan = e.plan
-        plan.message = str(e)
-        plan.details["smallest_feasible"] = e.smallest_feasible
+        plan = e.plan.updated(message=str(e), details={"smallest_feasible": e.smallest_feasible})
     print(plan.to_json() if args.json else plan.summary())
     if args.plot and plan.statements is not None:
         from ..bench.plots import streams_plot  # matplotlib, only when asked

@@ -38,7 +38,6 @@ from ..solvers import info
 from ..solvers.feasible import staged_schedules_run_as_planned
 from ..solvers.progress import shown
 from ..solvers.mincut import cut_cost
-from ..graph.fission import Fission
 from ..plans.schedule import Schedule
 from ..capture.link import link_for_device
 from ..cost.transfer import offload_allowed
@@ -208,7 +207,7 @@ class RematPartitioner(CustomPartitionerFn):
                     f"its least memory, {format_bytes(plan.peak_bytes)}, and the graphs after it get "
                     f"{format_bytes(max(0, plan.peak_bytes - share))} less ({e.args[0][:200]})",
                     RematBudgetWarning, stacklevel=2)
-        if split is not None and plan.details.get("fissions"):
+        if split is not None and plan.fissions:
             try:
                 joint, plan = split(plan)
             except RematError as e:  # the plan without fission is as safe as any other
@@ -220,8 +219,7 @@ class RematPartitioner(CustomPartitionerFn):
                 plan = solve_within(budget if plan.feasible or budget is None else Budget.least(), headroom)
         if o.budget is not None:
             # the budget asked for the step; budget_bytes is this graph's share of it
-            plan.options["budget"] = o.budget.text
-            plan.options["step_graph"] = len(step.graphs) + 1
+            plan = plan.updated(options={"budget": o.budget.text, "step_graph": len(step.graphs) + 1})
         step.planned(graph, plan.saved_activation_bytes, plan.peak_bytes)
         self._warn_if_staged(graph)
         return joint, plan
@@ -245,15 +243,14 @@ class RematPartitioner(CustomPartitionerFn):
         captured again, and the plan on that capture: its schedule names the parts. The
         simulator judges it there again; a schedule that does not replay raises (and remat
         falls back, or in strict mode reports it)."""
-        fissions = [Fission.from_dict(d) for d in plan.details["fissions"]]
+        fissions = list(plan.fissions)
         with functorch_config.patch(cse=False):  # CSE would merge parts that read only shared inputs
             split = tc.prepare_joint(fission_joint(joint.gm, fissions), num_fwd_outputs, static)
         graph = self._capture(split, reference)
         again = Plan.from_schedule(Schedule(graph, list(plan.statements)), solver=plan.solver,
-                                   details=dict(plan.details))
-        again.options.update(plan.options)
-        again.solve_seconds = plan.solve_seconds
-        again.judge(plan.budget, default_cost_model(graph))
+                                   options=dict(plan.options), solve_seconds=plan.solve_seconds,
+                                   fissions=plan.fissions, swaps=plan.swaps, link=plan.link,
+                                   details=dict(plan.details)).judge(plan.budget, default_cost_model(graph)).sealed()
         if again.status == "invalid":
             raise PlanError(f"the plan's fissions do not replay on the captured graph: {again.message}")
         if plan.budget is not None and not again.feasible:

@@ -50,17 +50,21 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..cost.model import CostModel, default_cost_model
 from ..errors import PlanError, RematCacheWarning
+from ..graph.fission import Fission
 from ..graph.graph import Graph, Node
 from .budget import Budget
 from .plan import Plan, _saved_value
 
 CACHE_FORMAT = "remat-plan-cache"
-CACHE_VERSION = 1
-"""Bumped whenever the layout of an entry or what the key covers changes."""
+CACHE_VERSION = 2
+"""Bumped whenever the layout of an entry or what the key covers changes (2: plans of version
+3, with fissions, swaps and the link as fields of their own). It is part of the key, so an
+entry of another version is never looked up; one found under a key anyway is ignored with a
+warning."""
 
 ENV = "REMAT_CACHE_DIR"
 OFF = ("off", "0", "false", "no", "none")
@@ -266,9 +270,13 @@ class PlanCache:
         return f"PlanCache({str(self.directory)!r})"
 
     def get(self, key: str, graph: Graph, *, budget: float | None = None,
-            cost_model: CostModel | None = None) -> Plan | None:
+            cost_model: CostModel | None = None,
+            split: Callable[[Graph, Sequence[Fission]], Graph] | None = None) -> Plan | None:
         """The plan stored under ``key``, loaded against ``graph`` and judged by the simulator
-        (against ``budget`` bytes, under ``cost_model``); None when there is none. An entry
+        (against ``budget`` bytes, under ``cost_model``); None when there is none. A plan with
+        fissions is loaded against ``split(graph, fissions)``
+        (:func:`remat.transforms.fission.apply_fissions`, which the caller hands in: the cache
+        sits below the transforms); without ``split`` such a plan is not served. An entry
         that cannot be used is ignored with a :class:`~remat.errors.RematCacheWarning`."""
         path = self.path(key)
         try:
@@ -295,14 +303,17 @@ class PlanCache:
         if entry.get("graph_hash") != ghash:
             return self._ignore(path, "it was stored for another graph")
         try:
-            plan = Plan.from_dict(entry.get("plan"), graph)
-            why = _check(plan, graph, budget, cost_model)
+            stored = entry.get("plan")
+            fissions = [Fission.from_dict(f) for f in stored.get("fissions") or ()]
+            if fissions and split is None:
+                return None
+            plan = Plan.from_dict(stored, split(graph, fissions) if fissions else graph)
+            why = _check(plan, plan.graph, budget, cost_model)
         except (PlanError, KeyError, TypeError, ValueError, AttributeError) as e:
             why = f"its plan does not load against the graph ({type(e).__name__}: {e})"
         if why:
             return self._ignore(path, why)
-        plan.graph_name = graph.name
-        return plan
+        return plan.updated(graph_name=graph.name)
 
     def put(self, key: str, plan: Plan, graph: Graph | None = None) -> Path | None:
         """Store ``plan`` under ``key`` (atomically; an entry already there is replaced).

@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -27,6 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..cost.model import CostModel, default_cost_model
 from ..cost.transfer import Link, link_for_graph
 from ..errors import PlanError
+from ..graph.fission import Fission
 from ..graph.graph import Graph
 from .budget import format_bytes
 from .phases import split_schedule
@@ -35,7 +37,12 @@ from .schedule import Schedule, Statement, schedule_from_saved_set
 from .simulator import SimResult, simulate
 
 PLAN_FORMAT = "remat.plan"
-PLAN_VERSION = 2
+PLAN_VERSION = 3
+"""3: fissions, swaps and the link are fields of their own (version 2 kept them in
+``details``; :meth:`Plan.from_dict` reads both)."""
+_READS = (2, 3)
+_TYPED = ("fissions", "swaps", "link")
+"""The fields that rode in ``details`` before version 3."""
 
 
 class Decision(str, Enum):
@@ -91,6 +98,14 @@ class Plan:
     reads; for a plan made from a saved set, that set), ``decisions``, ``recomputed`` and
     ``moved_to_backward`` (computed only by the backward). Lowering passes exactly ``saved``
     to the backward and runs both phases in the schedule's order. ``budget`` is the byte budget it was asked to fit (None: none).
+    What the plan splits, swaps and assumes: ``fissions`` (the regions it runs in parts,
+    :class:`~remat.graph.fission.Fission`; its schedule names the parts), ``swaps`` (the gaps
+    a swapping solver offloaded) and ``link`` (the host link its copies were planned over;
+    None: the graph's default, :func:`remat.cost.transfer.link_for_graph`).
+
+    Once :func:`remat.solvers.solve` has judged a plan it is sealed (:meth:`sealed`): its
+    fields, options, details, decisions and bans are read-only, and the layers above report on
+    a copy (:meth:`updated`).
 
     ``graph`` (the :class:`~remat.graph.Graph`), ``sim`` (the simulator's
     :class:`~remat.plans.simulator.SimResult`) and ``S`` (the checkpoint matrix over
@@ -119,10 +134,25 @@ class Plan:
     recomputed: list[str] = field(default_factory=list)
     moved_to_backward: list[str] = field(default_factory=list)
     banned: dict[str, str] = field(default_factory=dict)
+    fissions: tuple[Fission, ...] = ()
+    swaps: int = 0
+    link: Link | None = None
     details: dict[str, Any] = field(default_factory=dict)
     graph: Graph | None = field(default=None, repr=False)
     sim: SimResult | None = field(default=None, repr=False)
     S: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # the typed fields from their JSON form, or from details where a plan of version 2 (or
+        # a solver written before them) kept them
+        legacy = {k: self.details[k] for k in _TYPED if k in self.details}
+        if legacy:
+            self.details = {k: v for k, v in self.details.items() if k not in _TYPED}
+        fissions = self.fissions or legacy.get("fissions") or ()
+        self.fissions = tuple(f if isinstance(f, Fission) else Fission.from_dict(f) for f in fissions)
+        self.swaps = int(self.swaps or legacy.get("swaps") or 0)
+        link = self.link if self.link is not None else legacy.get("link")
+        self.link = link if link is None or isinstance(link, Link) else _link(link)
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -228,13 +258,35 @@ class Plan:
                             "for and call plan.schedule(graph)")
         return Schedule(g, list(self.statements), {"solver": self.solver})
 
+    def updated(self, *, options: Mapping[str, Any] | None = None, details: Mapping[str, Any] | None = None,
+                **changes: Any) -> "Plan":
+        """A new plan: this one with ``changes`` (fields) and ``options``/``details`` added to
+        its own; this plan is left as it is (a judged plan is reported on, not changed). The
+        copy of a sealed plan is sealed."""
+        out = dataclasses.replace(self, options={**self.options, **(options or {})},
+                                  details={**self.details, **(details or {})}, **changes)
+        return out.sealed() if self.is_sealed else out
+
+    def sealed(self) -> "Plan":
+        """This plan, made read-only now that it is judged: assigning a field (judging it
+        again included) raises :class:`dataclasses.FrozenInstanceError`, changing its
+        options, details, decisions or bans a TypeError. Returns the plan itself."""
+        if not self.is_sealed:
+            for name in ("options", "details", "decisions", "banned"):
+                object.__setattr__(self, name, _Sealed(getattr(self, name)))
+            self.__dict__["_sealed"] = True
+        return self
+
     @property
-    def link(self) -> Link | None:
-        """The host link a swapping solver planned its copies over (None: the graph's default,
-        :func:`remat.cost.transfer.link_for_graph`)."""
-        d = self.details.get("link")
-        return None if d is None else Link(float(d["bandwidth"]), bool(d["asynchronous"]),
-                                           float(d.get("latency", 0.0)), str(d.get("source", "")))
+    def is_sealed(self) -> bool:
+        return bool(self.__dict__.get("_sealed"))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_sealed"):
+            raise dataclasses.FrozenInstanceError(
+                f"cannot assign to field {name!r}: the plan of {self.graph_name!r} is judged and sealed; "
+                "make a new one with plan.updated(...)")
+        object.__setattr__(self, name, value)
 
     @property
     def saved_names(self) -> list[str]:
@@ -271,6 +323,11 @@ class Plan:
                               for s in v]
             elif f.name == "decisions":
                 d["decisions"] = {k: x.value for k, x in v.items()}
+            elif f.name == "fissions":
+                d["fissions"] = [x.to_dict() for x in v]
+            elif f.name == "link":
+                d["link"] = None if v is None else {"bandwidth": v.bandwidth, "asynchronous": v.asynchronous,
+                                                    "latency": v.latency, "source": v.source}
             else:
                 d[f.name] = _jsonable(v)
         d["saved_activation_bytes"] = self.saved_activation_bytes
@@ -281,14 +338,16 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], graph: Graph | None = None) -> "Plan":
-        """The plan :meth:`to_dict` wrote (``remat plan --json`` prints one); ``graph``, if
-        given, is attached (and checked to hold every node the schedule names); a plan with
-        fissions (``details["fissions"]``) gets that graph with them applied."""
+        """The plan :meth:`to_dict` wrote (``remat plan --json`` prints one; version 2 too);
+        ``graph``, if given, is attached (and checked to hold every node the schedule names).
+        A plan with ``fissions`` names their parts: its graph is the one with them applied
+        (:func:`remat.transforms.fission.apply_fissions`; ``graph.meta["fissions"]``), which
+        the caller builds."""
         if not isinstance(d, Mapping) or d.get("format") != PLAN_FORMAT:
             raise PlanError(f"not a remat plan: expected a JSON object with \"format\": \"{PLAN_FORMAT}\"")
-        if d.get("version") != PLAN_VERSION:
+        if d.get("version") not in _READS:
             raise PlanError(f"remat plan version {d.get('version')!r} is not supported; this remat "
-                            f"reads version {PLAN_VERSION} (re-plan the graph to update it)")
+                            f"reads versions {' and '.join(map(str, _READS))} (re-plan the graph to update it)")
         names = {f.name for f in fields(cls)} - set(cls._RUNTIME) - {"statements", "saved", "decisions"}
         kwargs = {k: d[k] for k in names if k in d}
         for key in ("graph_name", "solver"):
@@ -301,15 +360,15 @@ class Plan:
                                           s["dtype"], s["nbytes"], s["role"], s.get("module"))
                                for s in d.get("saved", [])]
             kwargs["decisions"] = {k: Decision(v) for k, v in d.get("decisions", {}).items()}
-        except (KeyError, TypeError, ValueError) as e:
+            kwargs["details"] = dict(kwargs.get("details") or {})
+            plan = cls(**kwargs)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise PlanError(f"malformed remat plan ({type(e).__name__}: {e})") from None
-        plan = cls(**kwargs)
         if graph is not None:
-            fissions = plan.details.get("fissions")
-            if fissions and not graph.meta.get("fissions"):  # made on the graph split as it says
-                from ..graph.fission import Fission
-                from ..transforms.fission import apply_fissions
-                graph = apply_fissions(graph, [Fission.from_dict(f) for f in fissions])
+            if plan.fissions and not (graph.meta or {}).get("fissions"):
+                raise PlanError(f"the plan of {plan.graph_name!r} splits {len(plan.fissions)} regions of its "
+                                "graph: pass the graph with its fissions applied "
+                                "(remat.transforms.fission.apply_fissions(graph, plan.fissions))")
             plan.graph = graph
             if plan.statements is not None:
                 Schedule.from_list(graph, [(s.op, s.node) for s in plan.statements])  # names check
@@ -347,11 +406,11 @@ class Plan:
             over = "" if link is None else f", over a {rate} link ({link.source})"
             lines.append(f"  offloaded to host memory: {len(off)} values{copies}{over}")
             lines += [f"    {line}" for line in offload_reasons(self)[:limit]]
-        for f in self.details.get("fissions", []):
-            axes = sorted(set(f["axis"].values()))
-            outs = ", ".join(list(f["outputs"])[:4]) + (", ..." if len(f["outputs"]) > 4 else "")
-            lines.append(f"  split in {f['n']} parts along a dimension of length {f['length']}: "
-                         f"{len(f['nodes'])} nodes (axes {axes}), outputs {outs}")
+        for f in self.fissions:
+            axes = sorted(set(f.axis.values()))
+            outs = ", ".join(list(f.outputs)[:4]) + (", ..." if len(f.outputs) > 4 else "")
+            lines.append(f"  split in {f.n} parts along a dimension of length {f.length}: "
+                         f"{len(f.nodes)} nodes (axes {axes}), outputs {outs}")
         acts = self.saved_activations
         held = len(self.saved) - len(acts)
         lines.append(f"  saved for the backward: {len(acts)} activations, "
@@ -409,6 +468,20 @@ def offload_reasons(plan: "Plan") -> list[str]:
     return out
 
 
+class _Sealed(dict):
+    """A sealed plan's options, details, decisions or bans: read-only (copied, pickled and
+    compared as a plain dict)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any):
+        raise TypeError("a judged plan's options, details, decisions and bans are read-only: make a "
+                        "new plan with plan.updated(options=..., details=...)")
+
+    __setitem__ = __delitem__ = __ior__ = update = pop = popitem = setdefault = clear = _refuse
+
+    def __reduce__(self):
+        return dict, (dict(self),)
+
+
 class _Deferred(Sequence):
     """Statements made when first read: a saved-set plan (the min cut's) is ready before its
     schedule is needed, and planning a large graph does not wait for it."""
@@ -435,6 +508,11 @@ class _Deferred(Sequence):
 
     def __repr__(self) -> str:
         return repr(self._get()) if self._items is not None else "<statements made when first read>"
+
+
+def _link(d: Mapping[str, Any]) -> Link:
+    return Link(float(d["bandwidth"]), bool(d["asynchronous"]), float(d.get("latency", 0.0)),
+                str(d.get("source", "")))
 
 
 def _saved_value(node) -> SavedValue:

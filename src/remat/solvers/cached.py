@@ -23,6 +23,7 @@ from ..graph.graph import Graph
 from ..plans.budget import Budget
 from ..plans.cache import PlanCache, Uncacheable, cache_key, resolve
 from ..plans.plan import Plan
+from ..transforms.fission import apply_fissions
 from .registry import DEFAULT_TIME_LIMIT, as_request, solve
 from .request import Request
 
@@ -57,33 +58,28 @@ def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget
                 return plan
     plan = solve(graph, req)
     if key is None:
-        plan.details["cache"] = "off"
-        return plan
-    if plan.feasible and plan.statements is not None:
-        path = store.put(key, plan, graph)
-        if path is not None:
-            plan.details["cache_file"] = str(path)
-    plan.details["cache"] = "miss"
-    return plan
+        return plan.updated(details={"cache": "off"})
+    path = store.put(key, plan, graph) if plan.feasible and plan.statements is not None else None
+    return plan.updated(details={**({} if path is None else {"cache_file": str(path)}), "cache": "miss"})
 
 
 def _hit(graph: Graph, req: Request, store: PlanCache, key: str, cm: CostModel, t0: float) -> Plan | None:
     """The plan stored under ``key``, reported as :func:`~remat.solvers.registry.solve` reports
     a fresh one, or None."""
     limit = req.planned_bytes(graph) if req.bounded else None
-    plan = store.get(key, graph, budget=limit, cost_model=cm)
+    plan = store.get(key, graph, budget=limit, cost_model=cm, split=apply_fissions)
     if plan is None:
         return None
-    plan.details["cached_solve_seconds"] = plan.solve_seconds
-    plan.solve_seconds = time.perf_counter() - t0
+    report: dict = {}
     if req.budget is not None:
         # as solve() reports it; "min" asks for the least peak, which is the plan's
         asked = req.asked_bytes(graph) if req.bounded else plan.peak_bytes
         limit = limit if req.bounded else plan.peak_bytes
-        plan.budget = limit
-        plan.options.update(budget=req.budget.text, budget_bytes=asked, planned_bytes=limit)
-    plan.details.update(cache="hit", cache_file=str(store.path(key)))
-    return plan
+        report = {"budget": limit, "options": {"budget": req.budget.text, "budget_bytes": asked,
+                                               "planned_bytes": limit}}
+    return plan.updated(solve_seconds=time.perf_counter() - t0, **report,
+                        details={"cached_solve_seconds": plan.solve_seconds, "cache": "hit",
+                                 "cache_file": str(store.path(key))}).sealed()
 
 
 __all__ = ["cached_solve"]

@@ -193,23 +193,25 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
             and plan.status != "invalid":
         asked = limit = plan.peak_bytes  # the least peak found is the budget asked for
         if plan.status not in FEASIBLE_STATUSES:  # asked for 0 bytes, it said so at its least peak
-            plan.details["solver_status"], plan.status = plan.status, "feasible"
+            plan = plan.updated(status="feasible", details={"solver_status": plan.status})
     if plan.statements is not None and (plan.sim is None or plan.budget != limit):
         # the ensures of every solver: valid, and within the budget (a plan the simulator
-        # already judged against this budget, as judged() does, is not replayed again)
-        plan.judge(limit, cm)
+        # already judged against this budget, as judged() does, is not replayed again); the
+        # solver's plan is left as it is, the verdict is a new one
+        plan = plan.updated().judge(limit, cm)
         if plan.status == "invalid":
             raise PlanError(f"{req.solver} returned an invalid schedule for {graph.name!r}: {plan.message}")
-    plan.solve_seconds = max(plan.solve_seconds, time.perf_counter() - t0)  # the judging included
+    budgets = None if parsed is None else {"budget": parsed.text, "budget_bytes": asked, "planned_bytes": limit}
+    plan = plan.updated(solve_seconds=max(plan.solve_seconds, time.perf_counter() - t0),  # judging included
+                        options=budgets)
     if parsed is not None:
-        plan.options.update(budget=parsed.text, budget_bytes=asked, planned_bytes=limit)
         if not plan.feasible:
             left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
             if "tried" in plan.details:  # auto searched already: the first points only
                 left = 0.0
-            raise infeasible(graph, plan, asked, limit, req.headroom, time_limit=left,
+            raise infeasible(graph, plan.sealed(), asked, limit, req.headroom, time_limit=left,
                              staged=req.solver != "auto" or staged_schedules_run_as_planned(cm))
-    return plan
+    return plan.sealed()  # judged: read-only from here on (Plan.updated reports on a copy)
 
 
 def as_request(solver: str | Request, *, options: Mapping[str, Any], **settings: Any) -> Request:

@@ -22,7 +22,7 @@ graph and its schedule) is skipped before it is scheduled.
 It starts from remat's own plans without fission (the best starting plan,
 :func:`remat.solvers.portfolio.portfolio`, within the budget or for the least memory without
 one; the step without recomputation), so it never returns a plan worse than those;
-the best plan found is returned with its fissions in ``details["fissions"]``, and its graph
+the best plan found is returned with its fissions in ``plan.fissions``, and its graph
 (``plan.graph``) is the graph with them applied. Deterministic: no random choices, ties
 broken by the order states were made; the wall-clock limit can cut it short
 (``iterations`` caps the states expanded, for tests).
@@ -334,16 +334,13 @@ def _reordered(j: Judged, search: Search, objective: Objective, clock: Deadline)
 def _plan(best: Judged, search: Search, objective: Objective) -> Plan:
     fissions = search.tree.fissions(best.state.ns)
     details = {
-        "fissions": [f.to_dict() for f in fissions],
         "search": {"expanded": search.expanded, "judged": search.judged,
                    "seen": len(search.seen), "candidates": len(search.tree),
                    "rules": list(best.path),
                    "limit": {"memory": objective.memory, "seconds": objective.seconds}},
     }
-    if best.state.swaps:
-        details["link"] = {"bandwidth": search.link.bandwidth, "asynchronous": search.link.asynchronous,
-                           "latency": search.link.latency, "source": search.link.source}
-    p = Plan.from_schedule(best.schedule, solver="magis", details=details)
+    p = Plan.from_schedule(best.schedule, solver="magis", details=details, fissions=tuple(fissions),
+                           link=search.link if best.state.swaps else None)
     limit = objective.memory if objective.memory else None
     return p.judge(limit, search.cm, sim=best.sim)
 

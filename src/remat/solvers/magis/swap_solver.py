@@ -102,12 +102,8 @@ def _better(p: Plan, q: Plan, target: int) -> bool:
 
 
 def _plan(s: Schedule, solver: str, budget, cm: CostModel, link, t0: float) -> Plan:
-    p = Plan.from_schedule(s, solver=solver, details={"swaps": s.meta.get("swaps", 0) + s.meta.get("traded", 0),
-                                                      "recomputations_traded": s.meta.get("traded", 0),
-                                                      "link": {"bandwidth": link.bandwidth,
-                                                               "asynchronous": link.asynchronous,
-                                                               "latency": link.latency,
-                                                               "source": link.source}})
+    p = Plan.from_schedule(s, solver=solver, swaps=s.meta.get("swaps", 0) + s.meta.get("traded", 0), link=link,
+                           details={"recomputations_traded": s.meta.get("traded", 0)})
     p.judge(budget if budget else None, cm, sim=simulate(s, cm, link=link))
     p.solve_seconds = time.perf_counter() - t0
     return p
