@@ -3,16 +3,17 @@ loads the plan instead of solving again (no torch, no pickle).
 
 A cache entry is one JSON file per key, ``<key>.json`` in the cache directory::
 
-    {"format": "remat-plan-cache", "version": 1, "key": "<sha256>", "graph_hash": "<sha256>",
-     "remat": "0.2.0", "plan": {<Plan.to_dict(), "remat.plan" version 2>}}
+    {"format": "remat-plan-cache", "version": 2, "key": "<sha256>", "graph_hash": "<sha256>",
+     "remat": "0.2.0", "plan": {<Plan.to_dict(), "remat.plan" version 3>}}
 
 The **key** (:func:`cache_key`) is a sha256 over canonical JSON (sorted keys, no Python hash
 anywhere, so it is the same in every process and under every ``PYTHONHASHSEED``) of:
 
-- the cache format version, remat's version and a hash of the planner's source (the
-  ``graph``, ``cost``, ``plans`` and ``solvers`` packages and ``errors.py``) and the versions of
-  the numerical libraries the solvers call (numpy, scipy, ortools, highspy): a new remat or a
-  changed solver never reads an old plan;
+- the cache format version, remat's version and a hash of the planner's source (every module
+  of the :data:`PLANNER` packages, sub-packages such as ``solvers/magis`` included, and the
+  top-level modules: :func:`source_hash`) and the versions of the numerical libraries the
+  solvers call (numpy, scipy, ortools, highspy): a new remat or a changed solver never reads an
+  old plan;
 - the graph (:func:`graph_hash`): every node in the graph's topological order with every
   field of :class:`~remat.graph.Node` (name, op, inputs, role, bytes, flops, category,
   profiled cost, shape, dtype, fusible and the other flags) and its whole ``meta`` (sorted;
@@ -27,7 +28,8 @@ anywhere, so it is the same in every process and under every ``PYTHONHASHSEED``)
 Reading an entry checks it before use: a file that is not JSON, has another format or
 version, another key, or whose plan does not load against the graph (a node it names is not
 in the graph, a saved value differs, or its schedule, replayed in the simulator, is invalid,
-over the budget or peaks elsewhere than when it was stored) is ignored with a
+over the budget or peaks elsewhere than when it was stored; a plan with fissions is loaded
+against the graph split as it says, which the caller builds) is ignored with a
 :class:`~remat.errors.RematCacheWarning`; the next :meth:`PlanCache.put` overwrites it. Writes
 are atomic (a temporary file in the same directory, then ``os.replace``), so processes that
 plan the same graph at once (DDP ranks) never read half a file.
