@@ -469,8 +469,8 @@ def offload_reasons(plan: "Plan") -> list[str]:
 
 
 class _Sealed(dict):
-    """A sealed plan's options, details, decisions or bans: read-only (copied, pickled and
-    compared as a plain dict)."""
+    """A sealed plan's options, details, decisions or bans: read-only (compared as a plain
+    dict; pickled and copied read-only)."""
 
     def _refuse(self, *args: Any, **kwargs: Any):
         raise TypeError("a judged plan's options, details, decisions and bans are read-only: make a "
@@ -479,7 +479,7 @@ class _Sealed(dict):
     __setitem__ = __delitem__ = __ior__ = update = pop = popitem = setdefault = clear = _refuse
 
     def __reduce__(self):
-        return dict, (dict(self),)
+        return _Sealed, (dict(self),)
 
 
 class _Deferred(Sequence):
