@@ -38,7 +38,7 @@ from remat.graph.io import load_graph
 from remat.plans.budget import reference_schedule, resident_bytes
 from remat.plans.simulator import simulate
 from remat.solvers import solve
-from remat.solvers.portfolio import portfolio as _auto
+from remat.solvers.portfolio import portfolio
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPHS = ("VGG16", "VGG19", "MobileNet", "ResNet50", "vgg_unet", "fcn_8_vgg", "segnet")
@@ -80,7 +80,7 @@ def run(args):
             limit = None if b == "min" else int(res + b * act)
             rec = [p for p in (
                 _run(lambda: solve(g, "checkmate", budget=b, time_limit=args.time_limit)) if b != "min" else None,
-                _auto(g, limit or 0, cm, args.time_limit, swapping=False)) if p is not None and p.statements]
+                portfolio(g, limit or 0, cm, args.time_limit, swapping=False)) if p is not None and p.statements]
             rec = [p for p in rec if b == "min" or p.peak_bytes <= limit]
             mi = next((p for p in rec if p.solver == "checkmate"), None)
             sw = _run(lambda: solve(g, "swap", budget=b, bandwidth=bw, time_limit=args.time_limit))

@@ -35,7 +35,7 @@ from remat.plans.budget import activation_bytes, reference_schedule, resident_by
 from remat.plans.phases import split_schedule
 from remat.plans.simulator import simulate
 from remat.solvers import solve
-from remat.solvers.portfolio import portfolio as _auto
+from remat.solvers.portfolio import portfolio
 from remat.solvers.magis.swap import gaps, offload
 
 
@@ -85,7 +85,7 @@ def run(args):
         for b in [float(x) for x in args.budgets.split(",")]:
             t0 = time.perf_counter()
             limit = int(res + b * act)
-            rec = _auto(g, limit, cm, args.time_limit / 2, swapping=False)
+            rec = portfolio(g, limit, cm, args.time_limit / 2, swapping=False)
             rec = rec if rec.feasible else None
             row = [cell(rec)]
             sr = None

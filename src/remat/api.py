@@ -73,7 +73,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     - ``max_overhead``: instead of a budget, the least memory within this share of extra step
       time (``0.10``: at most 10% slower than without recomputation, by the simulator's
       prediction), by MAGIS's search over fission, recomputation and swapping
-      (:func:`remat.solvers.search.magis`; ``solver`` ``"auto"`` or ``"magis"``).
+      (:func:`remat.solvers.magis.search.magis`; ``solver`` ``"auto"`` or ``"magis"``).
 
     - ``offload``: let plans offload saved values to host memory (default True) where the
       copies are known to work on this torch and device (on CUDA: PyTorch's ``ao`` copy ops
