@@ -259,6 +259,7 @@ def test_every_solver_s_plan_is_judged_by_the_simulator():
 
 
 @pytest.mark.inductor
+@pytest.mark.inductor
 def test_planning_with_a_callback_keeps_the_compile_caches(tmp_path):
     """on_plan no longer stops inductor and AOTAutograd from caching: the first process saves
     the compiled step, the second loads it (and, planning nothing, calls no callback)."""

@@ -127,6 +127,7 @@ def test_auto_plans_within_any_budget_a_baseline_reaches():
     assert r.feasible and r.peak_bytes <= int(low * 1.01)
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 def test_budgeted_step_with_inductor_kernels():
     """The budgeted schedule lowered to fw/bw graphs compiles with real inductor kernels:

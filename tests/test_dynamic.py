@@ -104,6 +104,7 @@ def test_gpt2_tiny_batch_sizes_and_sequence_lengths():
     assert plans[0][0].meta["dynamic"]["symbols"]
 
 
+@pytest.mark.inductor
 def test_inductor_mlp_one_plan():
     torch.manual_seed(0)
     model = MLP()

@@ -100,6 +100,7 @@ class _Stack(nn.Module):
         return self.norm(self.blocks(x)).pow(2).mean()
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 def test_a_budgeted_plan_measures_within_its_prediction_under_inductor(monkeypatch):
     monkeypatch.setenv("REMAT_CACHE_DIR", "off")
@@ -165,6 +166,7 @@ class _T5Loss(nn.Module):
         return self.t5(input_ids=ids, labels=labels).loss
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 def test_t5_keeps_its_budget_under_inductor(monkeypatch):
     """T5 (tied embeddings, an encoder and a decoder, ``benchmarks/budgets_vs_torch.py``'s quick
@@ -226,6 +228,7 @@ class _LMLoss(nn.Module):
         return self.lm(input_ids=ids, labels=ids).loss
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 def test_gpt2_at_six_tenths_plans_and_keeps_its_budget_under_inductor(monkeypatch):
     """GPT-2 (``benchmarks/budgets_vs_torch.py``'s quick size) at 0.6 of its activation memory:
@@ -260,6 +263,7 @@ def _measured_and_predicted(model, step_fn, inputs: tuple, plans: list) -> tuple
     return measured, plan.peak_bytes - resident_bytes(plan.graph), activation_bytes(plan.graph)
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 def test_a_cnn_under_inductor_plans_at_the_knob_s_fraction_and_keeps_it(monkeypatch):
     """The ConvBN CNN (``budgets_vs_torch.py``'s quick size): PyTorch's knob reaches 0.91 of the
@@ -281,6 +285,7 @@ def test_a_cnn_under_inductor_plans_at_the_knob_s_fraction_and_keeps_it(monkeypa
     assert predicted * 0.98 <= measured <= 1.02 * predicted, (measured, predicted)
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 @pytest.mark.parametrize("budget", ["min", 0.8])
 def test_a_depthwise_cnn_s_plans_under_inductor_measure_what_they_predict(monkeypatch, budget):
@@ -318,6 +323,7 @@ def test_a_depthwise_cnn_s_plans_under_inductor_measure_what_they_predict(monkey
     assert predicted * 0.98 <= measured <= 1.02 * predicted, (measured, predicted)
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
 def test_resnet18_s_least_memory_plan_goes_below_the_knob_s_and_measures_what_it_predicts(monkeypatch, threads):
@@ -337,7 +343,7 @@ def test_resnet18_s_least_memory_plan_goes_below_the_knob_s_and_measures_what_it
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import torch; "
             f"torch.set_num_threads({threads}); import test_plan_order as t; "
             f"t._resnet18_least_memory(below={0.68 if threads == 1 else 0.75})")
-    env = {**os.environ, "REMAT_CACHE_DIR": "off", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    env = {**os.environ, "REMAT_CACHE_DIR": "off"}  # compiled graphs uncached (conftest), kernels cached
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
 
@@ -359,6 +365,7 @@ def _resnet18_least_memory(below: float) -> None:
     assert predicted * 0.98 <= measured <= 1.02 * predicted, (measured, predicted)
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 @pytest.mark.parametrize("budget", [None, "min"])
 def test_a_vgg_s_plans_on_two_threads_measure_what_they_predict(monkeypatch, budget):

@@ -13,7 +13,7 @@ from remat.errors import InfeasibleBudgetError
 from remat.graph.synthetic import synthetic_joint_graph
 from remat.solvers import names, solve
 
-LIMIT = 3.0
+LIMIT = 2.0
 NOISE = 1.0  # seconds of scheduling noise on top of the 5% (a long suite run measured up to 0.9 s)
 
 
@@ -26,13 +26,16 @@ def graph():
 @pytest.mark.parametrize("solver", names(graphs=True, budget=True))
 @pytest.mark.parametrize("budget", [0.5, 0.05])
 def test_solver_returns_within_its_time_limit(graph, solver, budget):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         plan = solve(graph, solver, budget=budget, time_limit=LIMIT)
         assert plan.feasible
     except InfeasibleBudgetError as e:
         assert e.smallest_feasible > 0
-    elapsed = time.perf_counter() - t0
+    # A solver that overruns its limit overruns it in wall-clock time and, computing all along,
+    # in this process's CPU time too; another process on the cores (the suite's second worker)
+    # stretches only the first, a solver's own threads only the second.
+    elapsed = min(time.perf_counter() - t0, time.process_time() - c0)
     assert elapsed <= LIMIT * 1.05 + NOISE, f"{solver} took {elapsed:.2f} s for a {LIMIT} s limit"
 
 
