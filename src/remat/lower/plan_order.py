@@ -35,7 +35,7 @@ partitioners and the fallback compile as inductor would.
 
 - **Reordering for its own estimate of the peak** (``reorder_for_peak_memory``): inductor tries
   other topological orders of its kernels and keeps the one its estimate ranks lowest. The
-  estimate is not the plan's: on a VGG-style CNN (``benchmarks/vgg_trial.py``, two threads) it
+  estimate is not the plan's: on a VGG-style CNN (``benchmarks/user_trial.py --model vgg``, two threads) it
   computed each max-pool's int64 indices and their copy (4x the pooled activation) one layer
   early, ahead of the next convolution's backward, and the step without a budget measured
   6.3% above its prediction. Off: the order is the one the simulator judged.
