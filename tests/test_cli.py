@@ -4,6 +4,7 @@ clear message and exit code 2, never a traceback."""
 import contextlib
 import io
 import json
+import os
 import subprocess
 from types import SimpleNamespace
 import sys
@@ -115,6 +116,44 @@ def test_demo_runs_every_method(tmp_path):
     assert by[("cos-cos", "eager")]["saved_tensors"] == 2
     assert by[("cos-cos", "mincut-conservative")]["saved_tensors"] == 1
     assert by[("dropout-mask", "mincut-conservative")]["saved_bytes"] == 512  # the bool mask
+
+
+_DEMO_CACHES = """
+import json
+from torch._functorch import config as functorch_config
+from torch._inductor import config as inductor_config
+from remat.cli import demo
+
+def caches():
+    return [functorch_config.enable_autograd_cache, inductor_config.fx_graph_cache]
+
+seen, measure = [], demo.saved_activation_bytes
+def spy(step, **kwargs):
+    seen.append(caches())
+    return measure(step, **kwargs)
+
+demo.saved_activation_bytes = spy
+before = caches()
+rows = demo.run_demo(["cos-cos"], numel=256, repeats=1, compiler="eager")
+print(json.dumps({"before": before, "seen": seen, "after": caches(),
+                  "names": [r.saved_names for r in rows if r.method == demo.REMAT]}))
+"""
+
+
+def test_the_demo_compiles_with_the_compiled_graph_caches_off():
+    """With inductor's FX graph cache and AOTAutograd's cache on (a user's machine: the suite's
+    environment turns them off, hence a process of its own), a second ``remat demo`` loaded
+    every step from them, planned nothing, and its table left "remat saves" empty: the demo's
+    first step of each method, which compiles, runs with both off, and they are on again after."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TORCHINDUCTOR_AUTOGRAD_CACHE", "TORCHINDUCTOR_FX_GRAPH_CACHE")}
+    r = subprocess.run([sys.executable, "-c", _DEMO_CACHES], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["before"] == out["after"] == [True, True]
+    from remat.cli.demo import METHODS
+    assert out["seen"] == [[False, False]] * len(METHODS)
+    assert out["names"] == [["add_2"]]
 
 
 def test_bad_arguments_print_one_line_and_exit_2(tmp_path):
