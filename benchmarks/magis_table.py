@@ -125,7 +125,7 @@ import remat  # noqa: E402
 from remat.bench.measure import error_status, free_memory, peak_memory, step_time  # noqa: E402
 from remat.plans.budget import activation_bytes, resident_bytes  # noqa: E402
 from remat.bench import harness  # noqa: E402
-from remat.bench.harness import MiB, Run, copy_inputs, fmt as _f, grad_err, held, make_step  # noqa: E402
+from remat.bench.harness import MiB, Run, copy_inputs, fmt as _f, grad_err, gradient_bytes, held, make_step  # noqa: E402
 from remat.zoo.trials import MAGIS_SIZES, Case, magis_case  # noqa: E402
 
 MODELS = ("resnet50", "bert", "vit", "unet", "unetpp", "gpt2")
@@ -412,8 +412,7 @@ def run_model(name: str, args) -> tuple[Case, list[Row]]:
             v.row.ratio_min, v.row.ratio_max = min(ratios), max(ratios)
         if v.row.first_s is not None and v.row.method != "eager":
             v.row.compile_s = max(0.0, v.row.first_s - t.median_s / inner)
-    case.gradient_bytes = sum(p.grad.numel() * p.grad.element_size() for p in base.model.parameters()
-                              if p.grad is not None)
+    case.gradient_bytes = gradient_bytes(base.model)
     rows = [v.row for v in variants]
     variants.clear()
     steps.clear()

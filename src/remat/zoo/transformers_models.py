@@ -51,8 +51,8 @@ def gpt2_tiny(n_layer=2, n_embd=64, n_head=4, vocab=256, positions=64, dropout=0
     return model
 
 
-class GPT2Loss(nn.Module):
-    """Wraps a GPT-2 LM so that ``model(ids)`` returns the causal LM loss."""
+class LMLoss(nn.Module):
+    """``forward(ids) -> causal LM loss`` of a transformers causal LM (labels = ids)."""
 
     def __init__(self, lm):
         super().__init__()
@@ -60,6 +60,10 @@ class GPT2Loss(nn.Module):
 
     def forward(self, ids):
         return self.lm(input_ids=ids, labels=ids).loss
+
+
+class GPT2Loss(LMLoss):
+    """The zoo's GPT-2 entry: its own class name, which names its captured graphs."""
 
 
 def _identity(out):

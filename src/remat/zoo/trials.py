@@ -22,6 +22,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .transformers_models import LMLoss
+
 
 @dataclass
 class Case:
@@ -61,17 +63,6 @@ def make_step(fn: Callable, model: nn.Module, inputs: tuple, grads: str = "keep"
 
 
 # -- the models of the budget comparison (budgets_vs_torch) -----------------------------------------
-
-class LMLoss(nn.Module):
-    """``forward(ids) -> causal LM loss`` of a transformers causal LM (labels = ids)."""
-
-    def __init__(self, lm: nn.Module):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, ids):
-        return self.lm(input_ids=ids, labels=ids).loss
-
 
 class Seq2SeqLoss(nn.Module):
     """``forward(ids, labels) -> loss`` of a T5ForConditionalGeneration."""
