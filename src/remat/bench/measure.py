@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import statistics
@@ -535,3 +536,20 @@ def released_gradient_bytes(step: Step, params: Iterable[torch.Tensor]) -> int:
             total += nbytes
     del old
     return total
+
+
+@contextlib.contextmanager
+def graph_caches_off(kernel_cache: bool = True):
+    """Turn off the caches that would load a compiled step without partitioning it (inductor's
+    FX graph cache, AOTAutograd's): a step loaded from them is not planned, so no plan reaches
+    ``on_plan``. Keep the kernel binaries' cache if ``kernel_cache``."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    if not kernel_cache:
+        with inductor_config.patch(force_disable_caches=True):
+            yield
+        return
+    with inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=False):
+        yield

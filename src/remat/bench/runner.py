@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
-import torch._functorch.config as functorch_config
-import torch._inductor.config as inductor_config
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import zoo
@@ -232,7 +230,7 @@ def _run(models, sizes, methods, device, out, repeats, warmup, compiler, resume,
 
     todo = [(m, s, k) for m in models for s in sizes for k in methods if (m, s, k, device) not in done]
     meta["kernel_cache"] = kernel_cache
-    with _Progress(len(todo), progress) as bar, _graph_caches_off(kernel_cache):
+    with _Progress(len(todo), progress) as bar, M.graph_caches_off(kernel_cache):
         for model in models:
             for size in sizes:
                 run_methods = [k for k in methods if (model, size, k, device) not in done]
@@ -248,20 +246,6 @@ def _run(models, sizes, methods, device, out, repeats, warmup, compiler, resume,
         if fidelity:
             (out / "fidelity.md").write_text(fidelity_md(records))
     return records
-
-
-@contextlib.contextmanager
-def _graph_caches_off(kernel_cache: bool):
-    """Turn off the caches that would skip the partitioner (and so the plan); keep the
-    kernel binaries' cache if ``kernel_cache``."""
-
-    if not kernel_cache:
-        with inductor_config.patch(force_disable_caches=True):
-            yield
-        return
-    with inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False), \
-            functorch_config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=False):
-        yield
 
 
 def _run_model(model: str, size: str, methods: list[str], device: str, compiler: str,

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..api import compile as remat_compile
-from ..bench.measure import saved_activation_bytes, step_time
+from ..bench.measure import graph_caches_off, saved_activation_bytes, step_time
 from ..plans.budget import format_bytes
 from ..zoo.patterns import SEED_EXAMPLES
 
@@ -45,16 +45,6 @@ def _compiled(fn, method: str, compiler: str, plans: list):
                          on_plan=lambda g, p: plans.append(p))
 
 
-def _planning_every_compile():
-    """The compiled-graph caches (inductor's FX graph cache, AOTAutograd's) off while the demo
-    compiles: a step loaded from them is not partitioned again, so remat would plan nothing and
-    the table could not say what it saves (a second ``remat demo`` on the same machine did)."""
-    from torch._functorch import config as functorch_config
-    from torch._inductor import config as inductor_config
-
-    return functorch_config.patch(enable_autograd_cache=False), inductor_config.patch(fx_graph_cache=False)
-
-
 def run_demo(examples=None, numel: int = 1 << 20, repeats: int = 20, compiler: str = "inductor",
              progress=None) -> list[DemoRow]:
     """Run the demo and return its rows (one per example and method)."""
@@ -76,8 +66,7 @@ def run_demo(examples=None, numel: int = 1 << 20, repeats: int = 20, compiler: s
                     x.grad = None
                 c(*inputs).sum().backward()
 
-            autograd_cache, graph_cache = _planning_every_compile()
-            with autograd_cache, graph_cache:  # the first step compiles
+            with graph_caches_off():  # the first step compiles: plan it, even on a second run
                 saved[method] = saved_activation_bytes(step, held=inputs)
             steps[method] = step
             names[method] = [s.name for s in plans[0].saved_activations] if plans else None
