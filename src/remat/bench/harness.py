@@ -289,12 +289,10 @@ def fmt(x: Any, spec: str = "{:.2f}", none: str = "-") -> str:
     return none if x is None or (isinstance(x, float) and math.isnan(x)) else spec.format(x)
 
 
-def cell(x: Any, fmt: str = "{:.2f}", none: str = "-") -> str:
-    """A table cell: floats through ``fmt``, None and NaN as ``none``."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return none
-    if isinstance(x, float):
-        return fmt.format(x)
+def cell(x: Any, spec: str = "{:.2f}", none: str = "-") -> str:
+    """A table cell: floats through ``spec`` (:func:`fmt`), None and NaN as ``none``."""
+    if x is None or isinstance(x, float):
+        return fmt(x, spec, none)
     if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10000:
         return f"{x:,}"
     if isinstance(x, (list, tuple)):
