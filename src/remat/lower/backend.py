@@ -51,7 +51,7 @@ class RematBackend:
         self.label = label
         self.inductor_options = dict(inductor_options or {})
         self.mode = mode
-        self.step = StepBudget(self.options.budget, model_bytes)  # the budget of the whole step
+        self.step = StepBudget(self.options.budget, model_bytes, strict=self.options.strict)  # the budget of the whole step
         inductor_patches(mode, self.inductor_options)  # a clear error now, not at the first call
 
     def __repr__(self) -> str:

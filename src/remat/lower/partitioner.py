@@ -30,7 +30,7 @@ from ..errors import (InfeasibleBudgetError, PlanError, RematBudgetWarning, Rema
 from ..cost.model import constant_bytes, default_cost_model
 from ..plans.budget import REFERENCE_SAVED, TORCH_HEADROOM, Budget, format_bytes
 from ..plans.cache import source_hash
-from ..plans.step import StepBudget
+from ..plans.step import StepBudget, floor
 from ..solvers.cached import cached_solve
 from ..solvers.request import Request
 from ..plans.plan import Plan
@@ -70,7 +70,7 @@ class RematPartitioner(CustomPartitionerFn):
     def __init__(self, options: Options | None = None, param_indices: Collection[int] = (),
                  graph_name: str = "joint", step: StepBudget | None = None) -> None:
         self.options = options or Options.create()
-        self.step = step if step is not None else StepBudget(self.options.budget)
+        self.step = step if step is not None else StepBudget(self.options.budget, strict=self.options.strict)
         self.param_indices = frozenset(param_indices)
         self.graph_name = graph_name
         self.fell_back: list[str] = []
@@ -124,12 +124,14 @@ class RematPartitioner(CustomPartitionerFn):
 
     @staticmethod
     def _reference_saved(gm: fx.GraphModule, joint_inputs, kwargs) -> list[str] | None:
-        """What PyTorch's partition without recomputation saves (``default_partition``, on a
-        copy of the joint graph): the reference of a fractional budget
-        (:func:`remat.plans.budget.reference_peak`). None if it fails; the staged reference
-        stands then."""
+        """What plain ``torch.compile`` saves: PyTorch's own partition
+        (``min_cut_rematerialization_partition`` at its default, ``activation_memory_budget``
+        1.0, whatever the user set it to), on a copy of the joint graph: the reference of a
+        fractional budget (:func:`remat.plans.budget.reference_peak`). None if it fails; the
+        staged reference stands then."""
         try:
-            _, bw = tc.no_recompute(tc.copy_joint(gm), joint_inputs, **kwargs)
+            with functorch_config.patch(activation_memory_budget=1.0):
+                _, bw = tc.torch_mincut(tc.copy_joint(gm), joint_inputs, **kwargs)
             return tc.saved_from_backward(bw)
         except Exception:  # noqa: BLE001 - a reference only: the planner goes on without it
             return None
@@ -137,7 +139,7 @@ class RematPartitioner(CustomPartitionerFn):
     def _capture(self, joint, reference: list[str] | None):
         """The Graph of a prepared joint graph; ``meta["compiler"]`` says how it will run
         (inductor's fused kernels keep fusible values out of memory: the cost model's
-        ``fused_memory``), ``meta[REFERENCE_SAVED]`` what no recomputation saves."""
+        ``fused_memory``), ``meta[REFERENCE_SAVED]`` what plain ``torch.compile`` saves."""
         graph = graph_from_joint(joint, self.param_indices, name=self.graph_name,
                                  compiler=self.options.planned_compiler)
         if reference is not None:
@@ -198,9 +200,13 @@ class RematPartitioner(CustomPartitionerFn):
             plan = solve_within(budget, headroom)
         except InfeasibleBudgetError as e:
             if step.may_refuse(graph):
-                raise
+                raise  # a byte budget's first graph (or a fraction under strict=True)
             plan = solve_within(Budget.least(), 0.0)
-            if not step.refuse_later(graph, e):  # else the step's forward decides (StepBudget.verdict)
+            if step.refuse_later(graph, e):  # the step's forward decides (StepBudget.verdict)
+                step.floors.append(floor(graph, plan))
+            elif o.budget.kind == "fraction" and len(step.graphs) == 0:
+                _warn_once(step.missed(graph, plan), RematBudgetWarning)
+            else:
                 warnings.warn(
                     f"graph {graph.name!r} (graph {len(step.graphs) + 1} of its step) cannot meet its "
                     f"share of the step's budget {o.budget.text!r} ({format_bytes(share)}); it runs at "

@@ -5,13 +5,16 @@ A budget bounds the simulated peak memory of the training step. It is one of:
 
 - **bytes**, written with a unit (``"6GiB"``, ``"512MB"``) or as a whole number of bytes
   (``6e9``, ``6_000_000_000``): the whole step's peak, inputs and parameters included;
-- **a fraction** in ``(0, 1]`` (``0.6``, ``"60%"``) of the step's *activation memory*: the
-  peak above what is resident before the step (:func:`resident_bytes`: its inputs and
-  parameters), without recomputation (:func:`reference_peak`); the gradients and outputs the
-  step allocates are part of it.
-  ``budget=0.6`` keeps that part of the peak within 60% of itself: the planned peak is
-  ``resident + 0.6 * (reference_peak - resident)``;
-- ``"min"``: the least peak remat can reach.
+- **a fraction** in ``(0, 1]`` (``0.6``, ``"60%"``) of the step's *activation memory under
+  plain torch.compile*: the peak above what is resident before the step
+  (:func:`resident_bytes`: its inputs and parameters) of PyTorch's own partition, as
+  ``torch.compile(model)`` runs it (:func:`reference_peak`); the gradients and outputs the
+  step allocates are part of it. It is what a user measures:
+  ``torch.cuda.max_memory_allocated()`` less the memory at the step's start.
+  ``budget=0.6`` keeps that part of the peak within 60% of plain torch.compile's: the planned
+  peak is ``resident + 0.6 * (reference_peak - resident)``. A fraction is a target: where no
+  plan reaches it, remat runs the least memory it finds and warns (``strict=True`` raises);
+- ``"min"``: the least peak remat can reach (within a bounded slowdown: :mod:`remat.solvers.auto`).
 
 Anything else (``1.5``, ``"abc"``, ``-1``, ``True``) is refused with a
 :class:`~remat.errors.BudgetError` that says what to write instead.
@@ -23,7 +26,7 @@ Anything else (``1.5``, ``"abc"``, ``-1``, ``True``) is refused with a
 >>> Budget.parse(1.5)
 Traceback (most recent call last):
 ...
-remat.errors.BudgetError: budget 1.5 is neither a fraction in (0, 1] nor a byte count: write a fraction such as 0.6 (of the activation memory without recomputation), bytes with a unit such as '1.5GiB', or 'min'
+remat.errors.BudgetError: budget 1.5 is neither a fraction in (0, 1] nor a byte count: write a fraction such as 0.6 (of the activation memory under plain torch.compile), bytes with a unit such as '1.5GiB', or 'min'
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ the ConvBN test step; allocator rounding): ``remat.compile`` and ``remat plan --
 within ``(1 - TORCH_HEADROOM) * budget``. A fractional budget, being relative to the
 simulator's own peak, gets none, so ``budget=1.0`` always fits."""
 
-_HOW = ("write a fraction such as 0.6 (of the activation memory without recomputation), bytes "
+_HOW = ("write a fraction such as 0.6 (of the activation memory under plain torch.compile), bytes "
         "with a unit such as '6GiB', or 'min' (the least memory remat can reach)")
 
 
@@ -91,12 +94,12 @@ class Budget:
         if value <= 1:
             return cls("fraction", value, text)
         if unit == "fraction":
-            raise BudgetError(f"budget {budget!r} is over 100% of the activation memory without "
-                              "recomputation, which every plan fits: use 100% or less")
+            raise BudgetError(f"budget {budget!r} is over 100% of plain torch.compile's activation "
+                              "memory, which remat's plans always fit: use 100% or less")
         if value != int(value):
             raise BudgetError(f"budget {budget!r} is neither a fraction in (0, 1] nor a byte count: "
-                              f"write a fraction such as 0.6 (of the activation memory without "
-                              f"recomputation), bytes with a unit such as '{value:g}GiB', or 'min'")
+                              f"write a fraction such as 0.6 (of the activation memory under plain "
+                              f"torch.compile), bytes with a unit such as '{value:g}GiB', or 'min'")
         return cls._bytes(value, text)
 
     @classmethod
@@ -135,17 +138,19 @@ class Budget:
     def __str__(self) -> str:
         if self.kind == "min":
             return "the least memory remat can reach"
-        return f"{self.value:g} of the activation memory without recomputation" \
+        return f"{self.value:g} of plain torch.compile's activation memory" \
             if self.kind == "fraction" else format_bytes(self.value)
 
 
 REFERENCE_SAVED = "reference_saved"
-"""``graph.meta[REFERENCE_SAVED]``: the saved set of PyTorch's partition without recomputation
-(``default_partition``), recorded at capture: the reference of a fractional budget."""
+"""``graph.meta[REFERENCE_SAVED]``: the saved set of PyTorch's own partition, as plain
+``torch.compile`` runs it (``min_cut_rematerialization_partition``), recorded at capture: the
+reference of a fractional budget."""
 
 
 def reference_saved(g: Graph) -> list[str] | None:
-    """The no-recomputation saved set capture recorded for ``g`` (names in ``g``), or None.
+    """The reference saved set capture recorded for ``g`` (plain torch.compile's; names in
+    ``g``), or None.
     A primal input the backward reads that PyTorch's partition did not list is added: PyTorch
     dead-code-eliminated its reader (an unrolled GRU cell's weight, permuted for an input
     gradient nobody asked for), and an input is resident all step, so saving it costs nothing."""
@@ -158,8 +163,9 @@ def reference_saved(g: Graph) -> list[str] | None:
 
 
 def reference_schedule(g: Graph) -> Schedule:
-    """The schedule :func:`reference_peak` simulates: PyTorch's partition without
-    recomputation where capture recorded it, else seeds/001's checkpoint-all in staged order."""
+    """The schedule :func:`reference_peak` simulates: PyTorch's own partition (plain
+    ``torch.compile``'s) where capture recorded it, else seeds/001's checkpoint-all in staged
+    order."""
     saved = reference_saved(g)
     if saved is not None:
         s = schedule_from_saved_set(g, saved)
@@ -186,14 +192,15 @@ def _reference(g: Graph):
 
 
 def reference_name(g: Graph) -> str:
-    """The plan :func:`reference_peak` simulates: ``"no-recompute"`` or ``"checkpoint-all"``."""
-    return "no-recompute" if reference_saved(g) is not None else "checkpoint-all"
+    """The plan :func:`reference_peak` simulates: ``"torch.compile"`` (PyTorch's own
+    partition) or ``"checkpoint-all"``."""
+    return "torch.compile" if reference_saved(g) is not None else "checkpoint-all"
 
 
 def reference_peak(g: Graph) -> int:
-    """Peak of the step with no recomputation. For a captured graph, PyTorch's own partition
-    without recomputation (``default_partition``, whose saved set capture records in
-    ``g.meta``), as torch.compile runs it: what a user measures as "no recomputation".
+    """Peak of the reference step. For a captured graph, PyTorch's own partition
+    (``min_cut_rematerialization_partition`` at its defaults, whose saved set capture records
+    in ``g.meta``), as plain ``torch.compile`` runs it: what a user measures without remat.
     Otherwise every value computed once, in the staged order the budgeted solvers schedule
     in, and kept until its last reader (seeds/001's checkpoint-all)."""
     return int(_reference(g).peak_bytes)
@@ -210,8 +217,9 @@ def resident_bytes(g: Graph) -> int:
 
 
 def activation_bytes(g: Graph) -> int:
-    """The step's activation memory, the scale of a fractional budget: the peak without
-    recomputation above :func:`resident_bytes` (at least one byte)."""
+    """The step's activation memory, the scale of a fractional budget: the reference's peak
+    (plain ``torch.compile``'s, :func:`reference_peak`) above :func:`resident_bytes` (at least
+    one byte)."""
     return max(1, reference_peak(g) - resident_bytes(g))
 
 

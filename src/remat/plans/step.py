@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from ..cost.model import storage
 from ..errors import InfeasibleBudgetError
 from ..graph.graph import Graph
-from .budget import Budget, activation_bytes, format_bytes, resident_bytes
+from .budget import Budget, activation_bytes, format_bytes, reference_saved, resident_bytes
 from .saved_set import required_forward
 
 
@@ -78,6 +78,8 @@ class StepBudget:
     defer: bool = False  # a fraction's missed shares wait for verdict() (remat.compile on a module)
     pending: Exception | None = None  # the first graph's refusal, waiting for verdict()
     over: bool = False  # a graph could not meet its share since the last verdict()
+    strict: bool = False  # a fraction no plan reaches is an error (else the least memory, a warning)
+    floors: list[str] = field(default_factory=list)  # why graphs that missed their shares cannot go lower
 
     def held_gradients(self, nbytes: int) -> str | None:
         """Note that ``nbytes`` of gradients are held as a step starts. Returns a warning's
@@ -130,8 +132,24 @@ class StepBudget:
         return self.defer and self.budget is not None and self.budget.kind == "fraction"
 
     def may_refuse(self, g: Graph) -> bool:
-        """Whether an infeasible share of ``g`` is an error now (see the module docstring)."""
+        """Whether an infeasible share of ``g`` is an error now (see the module docstring): a
+        byte budget's first graph; a fraction's only under ``strict``."""
+        if self.budget is not None and self.budget.kind == "fraction" and not self.strict:
+            return False
         return self.first and not _is_bucket(g.name) and not self.deferred
+
+    def missed(self, g: Graph, plan) -> str:
+        """Note that ``g`` runs at its least memory, ``plan``, having missed its share of a
+        fraction; returns the warning's text: the fraction of its own activation memory under
+        plain torch.compile it reaches, and why it cannot go lower (:func:`floor`)."""
+        why = floor(g, plan)
+        self.floors.append(why)
+        reached = max(0, plan.peak_bytes - resident_bytes(g)) / activation_bytes(g)
+        return (f"budget {self.budget.text!r} is out of reach for {g.name!r}: the least memory remat "
+                f"finds for it is {reached:.2f} of its activation memory under plain torch.compile "
+                f"({format_bytes(max(0, plan.peak_bytes - resident_bytes(g)))} of "
+                f"{format_bytes(activation_bytes(g))} above its inputs and parameters), and it runs "
+                f"at that. {why} A fraction is a target: pass strict=True to make this an error")
 
     def refuse_later(self, g: Graph, error: Exception) -> bool:
         """Note that ``g`` could not meet its share and runs at its least memory. Returns
@@ -167,21 +185,51 @@ class StepBudget:
         reference, planned = self.step_activation(), self.step_activation(planned=True)
         allowed = self.budget.value * reference
         names = ", ".join(repr(p.name) for p in self.graphs)
+        reached = planned / max(1, reference)
         if planned > allowed:
-            text = (f"the step's {len(self.graphs)} graphs ({names}) cannot meet the budget "
-                    f"{self.budget.text!r} together: with the graphs that could not meet their shares "
-                    f"at their least memory, the step peaks {format_bytes(planned)} above its inputs "
-                    f"and parameters, {planned / max(1, reference):.2f} of its activation memory "
-                    f"without recomputation ({format_bytes(reference)}); the budget allows "
-                    f"{format_bytes(allowed)}. Ask for {planned / max(1, reference):.2f} or more, or "
-                    f"'min'")
-            if error is not None and len(self.graphs) == 1:
-                return error, None  # a graph alone: its own error says it best
-            return InfeasibleBudgetError(text, plan=getattr(error, "plan", None)), None
+            who = (repr(self.graphs[0].name) if len(self.graphs) == 1
+                   else f"the step's {len(self.graphs)} graphs ({names}) together")
+            text = (f"budget {self.budget.text!r} is out of reach for {who}: at remat's least memory "
+                    f"for the graphs that could not meet their shares, the step peaks "
+                    f"{format_bytes(planned)} above its inputs and parameters, {reached:.2f} of its "
+                    f"activation memory under plain torch.compile ({format_bytes(reference)}); the "
+                    f"budget allows {format_bytes(allowed)}.")
+            floors, self.floors = " ".join(dict.fromkeys(self.floors)), []
+            if self.strict:
+                if error is not None and len(self.graphs) == 1:
+                    return error, None  # a graph alone: its own error says it best
+                return InfeasibleBudgetError(f"{text} Ask for {reached:.2f} or more, or 'min' "
+                                             "(strict=True: a fraction out of reach is an error)",
+                                             plan=getattr(error, "plan", None)), None
+            return None, (f"{text} The step runs at that, {reached:.2f}. {floors} A fraction is a "
+                          "target: pass strict=True to make this an error")
+        self.floors = []
         return None, (f"some graphs of the step ({names}) could not meet their shares of "
                       f"{self.budget.text!r} and run at their least memory, but the step as a whole "
                       f"fits: it peaks {format_bytes(planned)} above its inputs and parameters, within "
                       f"{self.budget.text!r} of its activation memory ({format_bytes(allowed)})")
+
+
+def floor(g: Graph, plan) -> str:
+    """Why ``plan`` (a graph's least-memory plan) cannot go lower, and what would lower it:
+    where its peak falls, what the step's gradients take, its largest tensor."""
+    a = g._arrays
+    nodes = g.nodes
+    where = ""
+    statements = plan.statements or []
+    peak_at = getattr(plan.sim, "peak_statement", -1) if plan.sim is not None else -1
+    if 0 <= peak_at < len(statements):
+        node = g[statements[peak_at].node]
+        where = f" in the {'forward' if node.is_forward else 'backward'} (at {node.name})"
+    grads = int(sum(int(a.bytes[i]) for i in range(a.n) if a.is_output[i] and not a.forward[i]))
+    big = max((n for n in nodes if not n.is_primal and n.role != "tangent"), key=lambda n: n.bytes, default=None)
+    largest = f"; its largest tensor, {big.name}, takes {format_bytes(big.bytes)}" if big is not None else ""
+    dropped = (g.meta or {}).get("outputs") == "dropped"
+    hint = "" if dropped else " outputs='dropped' where the caller drops the model's outputs as the forward returns,"
+    return (f"Its floor: at its least memory it peaks{where} at {format_bytes(max(0, plan.peak_bytes - resident_bytes(g)))} "
+            f"above its inputs and parameters; the gradients it returns take {format_bytes(grads)}{largest}. "
+            f"What would lower it:{hint} a smaller batch or sequence, or computing its largest "
+            f"tensors in chunks (a chunked loss for a language model's logits).")
 
 
 def _is_bucket(name: str) -> bool:
@@ -198,12 +246,18 @@ def _position(name: str) -> tuple[int, int]:
 
 
 def reference_saved_bytes(g: Graph) -> int:
-    """Bytes ``g`` saves for its backward without recomputation: every value the forward
-    computes that something outside the forward reads (a backward node, or a forward node
-    only the backward needs), each storage once."""
+    """Bytes ``g``'s reference saves for its backward: what plain ``torch.compile``'s
+    partition saves where capture recorded it (:func:`~remat.plans.budget.reference_saved`),
+    else every value the forward computes that something outside the forward reads (a
+    backward node, or a forward node only the backward needs); inputs and parameters are
+    resident anyway, each storage counts once."""
     a = g._arrays
-    req = required_forward(g)
     owner, sizes = storage(g)
+    saved = reference_saved(g)
+    if saved is not None:
+        held = {owner[g.index(s)] for s in saved if not a.primal[g.index(s)]}
+        return int(sum(sizes[o] for o in held))
+    req = required_forward(g)
     ptr, users = a.user_lists
     held = {owner[i] for i in range(a.n) if req[i] and not a.primal[i]
             and any(not req[u] for u in users[ptr[i]:ptr[i + 1]])}

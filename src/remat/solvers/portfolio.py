@@ -77,7 +77,7 @@ CLEARLY_FASTER = 0.01
 (and no larger): a CNN's frontier plan predicted 0.003% faster recomputed 63 batch-norm values
 and measured 1.29x the step time under the eager compiler."""
 
-SAVED_SET_SOLVERS = ("mincut-conservative", "mincut-aggressive", "frontier", "no-recompute")
+SAVED_SET_SOLVERS = ("mincut-conservative", "mincut-aggressive", "frontier", "torch-mincut")
 """The plans a peak descent may start from: saved sets."""
 
 MILP_MAX_NODES = 400
@@ -116,8 +116,8 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     points = _frontier_plans(g, cm, clock, attempt)
     attempt("mincut-aggressive", lambda: mincut(g, "aggressive"))
     saved = reference_saved(g)
-    if saved is not None:  # the reference of a fraction: budget=1.0 always fits
-        attempt("no-recompute", lambda: Plan.from_saved_set(g, saved, solver="no-recompute"))
+    if saved is not None:  # plain torch.compile's partition, the reference of a fraction: 1.0 fits
+        attempt("torch-mincut", lambda: Plan.from_saved_set(g, saved, solver="torch-mincut"))
     if least or not any(p.feasible for p in plans):
         _descent(g, cm, clock, plans, limit, attempt)
     if base.feasible and not least:

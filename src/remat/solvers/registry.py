@@ -189,6 +189,8 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
     asked, limit = req.asked_bytes(graph), req.planned_bytes(graph)
     t0 = time.perf_counter()
     plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=time_limit, **req.options)
+    if parsed is not None and parsed.kind == "min" and plan.peak_bytes is None and plan.statements is not None:
+        plan = plan.updated().judge(None, cm)  # a saved-set plan made lazily: its least peak is its peak
     if parsed is not None and parsed.kind == "min" and plan.peak_bytes is not None \
             and plan.status != "invalid":
         asked = limit = plan.peak_bytes  # the least peak found is the budget asked for

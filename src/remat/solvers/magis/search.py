@@ -54,6 +54,7 @@ from ...plans.simulator import SimResult, simulate
 from ...transforms.fission import apply_fissions
 from ...transforms.reorder import reorder
 from ..deadline import Deadline
+from ..mincut import mincut
 from ..portfolio import portfolio
 from ..progress import report
 from .ftree import LEVELS, FTree, ftree, mutations
@@ -75,6 +76,18 @@ limit, re-ordering the best state's schedule after the search."""
 
 DEFAULT_OVERHEAD = 0.10
 """Without a budget, the least memory within this share of extra step time."""
+
+SEARCH_WORK = 200_000
+"""The search's deterministic stop: it schedules at most this many states times nodes (a
+state's schedule and simulation cost about linear time in the graph's nodes), at least
+:data:`MIN_SEARCH_STATES` states (:func:`search_states`). The wall-clock share
+(:data:`SEARCH_SHARE`) stays as a safety stop under load. CALIBRATE"""
+
+MIN_SEARCH_STATES = 32
+"""The least states the search schedules, however large the graph."""
+
+PROGRESS_EVERY = 25
+"""The search reports its best state every this many states expanded."""
 
 
 @dataclass(frozen=True)
@@ -111,17 +124,23 @@ class Judged:
 
 @dataclass(frozen=True)
 class Objective:
-    """``BetterThan``: memory mode (``memory`` = M bytes) or time mode (``seconds`` = T)."""
+    """``BetterThan``: memory mode (``memory`` = M bytes) or time mode (``seconds`` = T). In
+    time mode ``cap`` (bytes) comes first: a state above it is worse than any within it, so a
+    search that starts from a plan within the cap never returns one above it (``auto``'s
+    least memory within an overhead: never more than its plan without a budget)."""
 
     memory: float | None = None
     seconds: float | None = None
+    cap: float | None = None
 
-    def key(self, j: Judged, delta: float = 1.0) -> tuple[float, float]:
+    def key(self, j: Judged, delta: float = 1.0) -> tuple[float, ...]:
         return self.key_of(j.mem, j.lat, delta)
 
-    def key_of(self, mem: float, lat: float, delta: float = 1.0) -> tuple[float, float]:
+    def key_of(self, mem: float, lat: float, delta: float = 1.0) -> tuple[float, ...]:
         if self.memory is not None:
             return (max(delta * mem, self.memory), delta * lat)
+        if self.cap is not None:
+            return (max(delta * mem, self.cap), max(delta * lat, self.seconds), delta * mem)
         return (max(delta * lat, self.seconds), delta * mem)
 
     def better(self, a: Judged, b: Judged, delta: float = 1.0) -> bool:
@@ -139,8 +158,10 @@ class Search:
         self.tree = FTree((), ())
         self.graphs: dict[tuple[int, ...], Graph | None] = {}
         self.seen: set[str] = set()  # state keys (the queue holds the judged states themselves)
-        self.judged = 0
+        self.judged = 0  # states scheduled and found valid
+        self.scheduled = 0  # states scheduled (the work the deterministic stop counts)
         self.expanded = 0
+        self.stopped = ""
 
     # -- states ---------------------------------------------------------------------------
     def graph(self, ns: tuple[int, ...]) -> Graph | None:
@@ -159,6 +180,7 @@ class Search:
         gf = self.graph(state.ns)
         if gf is None:
             return None
+        self.scheduled += 1
         try:
             s = schedule_from_saved_set(gf, _saved_in(gf, state.saved))
             for w in sorted(state.swaps):
@@ -208,22 +230,39 @@ class Search:
                 out.append((f"save {v}", State(st.ns, st.saved | {v}, st.swaps)))
         return out
 
-    def run(self, starts: list[Judged], clock: Deadline, iterations: int | None) -> Judged:
+    def run(self, starts: list[Judged], clock: Deadline, iterations: int | None,
+            work: int | None = None) -> Judged:
+        """The best state found from ``starts``: the queue runs out, ``iterations`` states are
+        expanded, ``work`` states are scheduled (the deterministic stops), or ``clock`` expires
+        (the safety stop); ``self.stopped`` says which."""
         obj = self.objective
         best = min(starts, key=obj.key)
         counter = itertools.count()
         queue = [(obj.key(j), next(counter), j) for j in starts]
         heapq.heapify(queue)
         popped: set[str] = set()
-        while queue and not clock.expired() and (iterations is None or self.expanded < iterations):
+        self.stopped = "done"
+        while queue:
+            if iterations is not None and self.expanded >= iterations:
+                self.stopped = "iterations"
+                break
+            if work is not None and self.scheduled >= work:
+                self.stopped = "work"
+                break
+            if clock.expired():
+                self.stopped = "time"
+                break
             _, _, j = heapq.heappop(queue)
             k = j.state.key()
             if k in popped:
                 continue
             popped.add(k)
             self.expanded += 1
+            if self.expanded % PROGRESS_EVERY == 0:
+                report(f"{self.g.name}: searching, {self.expanded} states expanded, best "
+                       f"{best.mem:,} B at {best.lat:.3g} s")
             for rule, child in self.children(j):
-                if clock.expired():
+                if work is not None and self.scheduled >= work or clock.expired():
                     break
                 c = self.judge(child, rule, j.path)
                 if c is None:
@@ -239,30 +278,94 @@ def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None
           time_limit: float | None = None, max_overhead: float | None = None,
           iterations: int | None = None, fission: bool = True, bandwidth: float | None = None) -> Plan:
     """The best plan Algorithm 3 finds: the fastest within ``budget`` bytes (0: the least
-    memory), or, without a budget, the least memory within ``max_overhead`` (default
-    :data:`DEFAULT_OVERHEAD`) more time than the step without recomputation. ``fission=False``
-    searches recomputation and swapping only; ``iterations`` caps the states expanded."""
+    memory), or, without a budget (or with ``budget="min"`` and ``max_overhead``), the least
+    memory within ``max_overhead`` (default :data:`DEFAULT_OVERHEAD`) more time than the
+    reference step (:func:`least_within`). ``fission=False`` searches recomputation and
+    swapping only; ``iterations`` caps the states expanded."""
     t0 = time.perf_counter()
-    if budget is not None and max_overhead is not None:
-        raise OptionError("give a memory budget or max_overhead, not both")
-    if max_overhead is not None and (isinstance(max_overhead, bool) or not max_overhead >= 0):
-        raise OptionError(f"max_overhead {max_overhead!r} must be a share of the step time >= 0, "
-                          "such as 0.10 for 10% more time")
+    if budget is not None and budget > 0 and max_overhead is not None:
+        raise OptionError("give a memory budget or max_overhead, not both (budget='min' with "
+                          "max_overhead: the least memory within that overhead)")
+    check_overhead(max_overhead)
     cm = cost_model or default_cost_model(g)
     link = link_for_graph(g, cm, bandwidth=bandwidth)
     clock = Deadline(time_limit)
-    if budget is not None:
-        objective = Objective(memory=float(budget))
-    else:
-        reference = simulate(reference_schedule(g), cm, link=link)
+    if budget is None or max_overhead is not None:
         overhead = DEFAULT_OVERHEAD if max_overhead is None else float(max_overhead)
-        objective = Objective(seconds=reference.predicted_seconds * (1 + overhead))
-    report(f"{g.name}: starting plans for the search")
-    half = clock.left() / 2 if clock.limit is not None else None
-    base = portfolio(g, budget if budget is not None else 0, cm, half, swapping=_swaps(link, g))
-    plan = _search(g, base, objective, cm, link, clock, SEARCH_SHARE, iterations, fission)
+        plan = least_within(g, overhead, cm, clock, link=link, iterations=iterations, fission=fission)
+    else:
+        report(f"{g.name}: starting plans for the search")
+        half = clock.left() / 2 if clock.limit is not None else None
+        base = portfolio(g, budget, cm, half, swapping=_swaps(link, g))
+        plan = _search(g, base, Objective(memory=float(budget)), cm, link, clock, SEARCH_SHARE,
+                       iterations, fission)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
+
+
+def check_overhead(max_overhead: float | None) -> None:
+    """Raise :class:`~remat.errors.OptionError` unless ``max_overhead`` is None or a share >= 0."""
+    if max_overhead is not None and (isinstance(max_overhead, bool)
+                                     or not isinstance(max_overhead, (int, float)) or not max_overhead >= 0):
+        raise OptionError(f"max_overhead {max_overhead!r} must be a share of the step time >= 0, "
+                          "such as 0.10 for 10% more time")
+
+
+def reference_seconds(g: Graph, cm: CostModel, link: Link | None = None) -> float:
+    """The predicted step time overheads are shares of: the reference schedule's
+    (:func:`remat.plans.budget.reference_schedule`, what plain ``torch.compile`` runs)."""
+    return simulate(reference_schedule(g), cm, link=link or link_for_graph(g, cm),
+                    timeline=False).predicted_seconds
+
+
+def least_within(g: Graph, overhead: float, cm: CostModel, clock: Deadline, *,
+                 link: Link | None = None, iterations: int | None = None, fission: bool = True,
+                 search: bool = True, share: float = SEARCH_SHARE) -> Plan:
+    """The least memory within ``overhead`` more predicted step time than the reference
+    (:func:`reference_seconds`), never more memory than the plan without a budget (the
+    conservative min cut), by prediction: the starting plans for the least memory with that
+    bound (:func:`remat.solvers.portfolio.portfolio`, ``within``), then, with ``search``, the
+    search in time mode from the best of them and the plan without a budget, that plan's peak
+    its cap (:class:`Objective`). When the plan without a budget is itself over the bound,
+    nothing within both is known: the fastest plan no larger than it is returned
+    (``details["within_overhead"]`` says whether the bound was met)."""
+    link = link or link_for_graph(g, cm)
+    seconds = reference_seconds(g, cm, link) * (1 + overhead)
+    report(f"{g.name}: starting plans for the least memory within {overhead:.0%} more time")
+    base = portfolio(g, 0, cm, clock.left(), swapping=_swaps(link, g), within=seconds)
+    default = _default_plan(g, cm, link)
+    cap = None if default is None else float(default.peak_bytes)
+    plan = base
+    if search:
+        plan = _search(g, base, Objective(seconds=seconds, cap=cap), cm, link, clock, share,
+                       iterations, fission, extra=[] if default is None else [default])
+        if plan is not base:
+            plan.details["tried"] = base.details.get("tried", []) + [_tried(base)]
+    if default is not None and (plan.peak_bytes is None or plan.peak_bytes > default.peak_bytes):
+        plan = default  # never above the plan without a budget (a base that is not valid)
+    plan.details["overhead"] = {"max_overhead": overhead, "seconds": seconds,
+                                "default_peak_bytes": None if default is None else default.peak_bytes}
+    plan.details["within_overhead"] = plan.predicted_seconds is not None and \
+        plan.predicted_seconds <= seconds * (1 + 1e-9)
+    return plan
+
+
+def _default_plan(g: Graph, cm: CostModel, link: Link) -> Plan | None:
+    """The plan without a budget (the conservative min cut), judged; None if not valid."""
+    try:
+        p = mincut(g, "conservative")
+    except RematError:
+        return None
+    if p.statements is None:
+        return None
+    p.judge(None, cm)
+    return p if p.sim is not None and p.sim.valid else None
+
+
+def _tried(p: Plan) -> dict:
+    return {"solver": p.solver, "status": p.status, "peak_bytes": p.peak_bytes,
+            "predicted_seconds": p.predicted_seconds, "compute_cost": p.compute_cost,
+            "message": p.message}
 
 
 def refine(g: Graph, base: Plan, budget: float, cm: CostModel, clock: Deadline, share: float,
@@ -274,10 +377,7 @@ def refine(g: Graph, base: Plan, budget: float, cm: CostModel, clock: Deadline, 
     plan = _search(g, base, Objective(memory=float(budget)), cm, link_for_graph(g, cm),
                    clock, share, iterations, fission)
     if plan is not base:
-        plan.details["tried"] = base.details.get("tried", []) + [
-            {"solver": base.solver, "status": base.status, "peak_bytes": base.peak_bytes,
-             "predicted_seconds": base.predicted_seconds, "compute_cost": base.compute_cost,
-             "message": base.message}]
+        plan.details["tried"] = base.details.get("tried", []) + [_tried(base)]
     plan.solve_seconds = base.solve_seconds + time.perf_counter() - t0
     return plan
 
@@ -294,20 +394,23 @@ def _swaps(link: Link, g: Graph) -> bool:
 
 
 def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Link, clock: Deadline,
-            share: float, iterations: int | None, fission: bool) -> Plan:
-    """Algorithm 3 from ``base`` and the step without recomputation, for ``share`` of the scale
-    at most (then the re-ordering, :data:`REORDER_SHARE`), within what is left of ``clock``;
-    ``base`` when the search finds nothing better."""
+            share: float, iterations: int | None, fission: bool, extra: list[Plan] = ()) -> Plan:
+    """Algorithm 3 from ``base``, the plans in ``extra`` and the reference step, until it has
+    scheduled :func:`search_states` states (the deterministic stop) or for ``share`` of the
+    scale at most (the safety stop under load), then the re-ordering (:data:`REORDER_SHARE`),
+    within what is left of ``clock``; ``base`` when the search finds nothing better."""
     saved_sets = [(base.solver, base.saved_names)] if base.statements is not None else []
+    saved_sets += [(p.solver, p.saved_names) for p in extra if p.statements is not None]
     ref = reference_saved(g)
     if ref is not None:
-        saved_sets.append(("no-recompute", ref))
+        saved_sets.append(("torch-mincut", ref))
     search = Search(g, objective, cm, link, swapping=_swaps(link, g), levels=LEVELS if fission else 0)
     starts = search.start(saved_sets)
     if not starts:
         return base
     report(f"{g.name}: searching ({len(search.tree)} fission candidates)")
-    found = search.run(starts, clock.share(share), iterations)
+    found = search.run(starts, clock.share(share), iterations, search_states(g))
+    report(f"{g.name}: re-ordering the best schedule")
     best = _reordered(found, search, objective, clock.share(REORDER_SHARE))
     plan = _plan(best, search, objective)
     if base.peak_bytes is not None and base.status != "invalid" and \
@@ -315,6 +418,12 @@ def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Lin
         base.details["search"] = plan.details["search"]
         return base
     return plan
+
+
+def search_states(g: Graph) -> int:
+    """The states the search schedules at most on ``g``: :data:`SEARCH_WORK` over its nodes,
+    at least :data:`MIN_SEARCH_STATES`."""
+    return max(MIN_SEARCH_STATES, int(SEARCH_WORK // max(1, len(g))))
 
 
 def _reordered(j: Judged, search: Search, objective: Objective, clock: Deadline) -> Judged:
@@ -335,13 +444,14 @@ def _plan(best: Judged, search: Search, objective: Objective) -> Plan:
     fissions = search.tree.fissions(best.state.ns)
     details = {
         "search": {"expanded": search.expanded, "judged": search.judged,
+                   "scheduled": search.scheduled, "stopped": search.stopped,
                    "seen": len(search.seen), "candidates": len(search.tree),
                    "rules": list(best.path),
                    "limit": {"memory": objective.memory, "seconds": objective.seconds}},
     }
     p = Plan.from_schedule(best.schedule, solver="magis", details=details, fissions=tuple(fissions),
                            link=search.link if best.state.swaps else None)
-    limit = objective.memory if objective.memory else None
+    limit = objective.memory or None
     return p.judge(limit, search.cm, sim=best.sim)
 
 

@@ -53,7 +53,7 @@ def swap_recompute(g: Graph, *, budget: float | None = None, cost_model: CostMod
     target = int(budget or 0)
     ref = reference_schedule(g)
     ref_peak = simulate(ref, cm, timeline=False).peak_bytes
-    starts = [("no-recompute", ref)]
+    starts = [("torch-mincut", ref)]
     ladder = [f * target for f in LADDER if f * target < ref_peak] if target else []
     plan_time = None if clock.limit is None else clock.limit * PLAN_SHARE
     rungs = ladder + [0]  # 0: the least memory recomputation reaches

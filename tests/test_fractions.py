@@ -1,0 +1,101 @@
+"""Fractional budgets as users mean them (issue 30): a fraction of what plain torch.compile's
+step holds above its start, measured as a user measures it; a target that is never refused
+(the least memory remat finds, with one warning), unless ``strict=True``."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import remat
+from remat.bench.measure import peak_memory
+from remat.errors import InfeasibleBudgetError, RematBudgetWarning
+from remat.plans.budget import REFERENCE_SAVED, activation_bytes, reference_name, resident_bytes
+from remat.zoo.mlp import MLPNet
+
+PLAIN = "aot_eager_decomp_partition"
+"""Plain torch.compile with remat's ``compiler="eager"``: the same decompositions and
+partitioner (PyTorch's min cut), no kernel codegen."""
+
+
+def _model():
+    torch.manual_seed(0)
+    return MLPNet(d_in=64, width=128, depth=8, classes=10), torch.randn(4096, 64)
+
+
+def _measured(step_fn, model, x) -> int:
+    def step():
+        model.zero_grad(set_to_none=False)
+        step_fn(x).pow(2).sum().backward()
+
+    return peak_memory(step, warmup=2).peak_bytes
+
+
+def test_the_reference_is_plain_torch_compile_s_partition():
+    """The fraction's reference saved set is what PyTorch's own partition saves, and its peak
+    above the inputs and parameters is remat's prediction of plain torch.compile's step."""
+    model, x = _model()
+    torch._dynamo.reset()
+    theirs = []
+    remat.compile(model, solver="torch-mincut", compiler="eager", cache=False,
+                  on_plan=lambda g, p: theirs.append(p))(x).sum().backward()
+    torch._dynamo.reset()
+    ours = remat.plan(model, x, budget=1.0, cache=False, for_compiler="eager")
+    g = ours.graph
+    assert reference_name(g) == "torch.compile"
+    assert sorted(g.meta[REFERENCE_SAVED]) == sorted(theirs[0].saved_names)
+    assert ours.peak_bytes - resident_bytes(g) <= activation_bytes(g)  # 1.0 always fits
+
+
+def test_a_fraction_is_measured_against_plain_torch_compile():
+    """Where remat does not warn, the step's measured peak above its start is within the
+    fraction of plain torch.compile's, measured the same way (and remat's reference is
+    within 5% of that measurement)."""
+    model, x = _model()
+    torch._dynamo.reset()
+    plain = _measured(torch.compile(model, backend=PLAIN), model, x)
+    for fraction in (0.8, 0.5):
+        torch._dynamo.reset()
+        plans = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RematBudgetWarning)  # this fraction is reachable
+            step = remat.compile(model, budget=fraction, compiler="eager", cache=False,
+                                 on_plan=lambda g, p: plans.append(p))
+            got = _measured(step, model, x)
+        g = plans[0].graph
+        assert abs(activation_bytes(g) - plain) <= 0.05 * plain, (activation_bytes(g), plain)
+        assert got <= fraction * plain, (fraction, got, plain)
+    torch._dynamo.reset()
+
+
+def test_a_fraction_out_of_reach_runs_at_the_least_with_one_warning():
+    """A plain function (no module hooks): its one graph misses the fraction; it runs at the
+    least memory remat finds, with the right gradients and one warning naming the fraction
+    reached and the floor. ``strict=True`` refuses it; a byte budget nothing meets is refused."""
+    torch.manual_seed(0)
+    w = torch.randn(256, 256, requires_grad=True)
+    x = torch.randn(512, 256)
+
+    def f(x):
+        return (x @ w).relu().sum()
+
+    expected = torch.autograd.grad(f(x), w)[0]
+    torch._dynamo.reset()
+    step = remat.compile(f, budget=0.05, compiler="eager", cache=False)
+    with pytest.warns(RematBudgetWarning, match=r"budget '0.05' is out of reach for .*: the least memory "
+                                                r"remat finds for it is \d\.\d\d of its activation memory "
+                                                r"under plain torch.compile.* Its floor"):
+        got = torch.autograd.grad(step(x), w)[0]
+    torch.testing.assert_close(got, expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RematBudgetWarning)
+        step(x)  # once: the same graph does not warn again
+    torch._dynamo.reset()
+    with pytest.raises(InfeasibleBudgetError):
+        remat.compile(f, budget=0.05, compiler="eager", cache=False, strict=True)(x)
+    torch._dynamo.reset()
+    with pytest.raises(InfeasibleBudgetError, match="smallest feasible budget"):
+        remat.compile(f, budget="1KiB", compiler="eager", cache=False)(x)
+    torch._dynamo.reset()
