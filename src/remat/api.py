@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 import warnings
 from typing import Any, Callable, Mapping
 
@@ -109,6 +111,8 @@ def _compiled(model: Callable, settings: Options, *, options: dict | None = None
     backend = RematBackend(settings, options, mode, label=label, model_bytes=model_bytes)  # checks mode and options now
     compiled = torch.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
                              options=options, disable=disable)
+    if isinstance(model, torch.nn.Module):
+        _show_signature(compiled, model)
     if isinstance(model, torch.nn.Module) and settings.budget is not None:
         checks = _StepChecks(model, backend.step)
         if settings.budget.kind == "bytes":
@@ -117,6 +121,20 @@ def _compiled(model: Callable, settings: Options, *, options: dict | None = None
             backend.step.defer = True
             compiled.register_forward_hook(checks.after)
     return compiled
+
+
+def _show_signature(compiled: torch.nn.Module, model: torch.nn.Module) -> None:
+    """Give the compiled module's ``forward`` the model's own signature (``torch.compile``'s
+    is ``(*args, **kwargs)``): code that reads it, such as transformers' ``Trainer``, which
+    keeps only the dataset columns ``forward`` names, then sees the model's arguments."""
+    forward = getattr(compiled, "forward", None)
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):  # a forward without a signature: nothing to show
+        return
+    if forward is not None and "forward" in vars(compiled):
+        with contextlib.suppress(AttributeError, TypeError):
+            forward.__signature__ = signature
 
 
 class _StepChecks:

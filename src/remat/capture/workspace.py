@@ -112,8 +112,12 @@ def _real(spec):
     """A random tensor for a ``("T", ...)`` spec; other specs as they are."""
     if isinstance(spec, tuple) and spec and spec[0] == "T":
         _, shape, stride, dtype, device = spec
-        t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
-        return t.normal_() if dtype.is_floating_point else t.zero_()
+        # filled through a flat storage: the strides may overlap (an expanded view, stride 0),
+        # where writing in place through the view itself is refused
+        size = 0 if 0 in shape else 1 + sum((n - 1) * abs(st) for n, st in zip(shape, stride))
+        base = torch.empty(size, dtype=dtype, device=device)
+        base = base.normal_() if dtype.is_floating_point else base.zero_()
+        return base.as_strided(shape, stride)
     if isinstance(spec, tuple) and spec and spec[0] == "V":
         return spec[1]
     if isinstance(spec, tuple) and spec and spec[0] == "L":
