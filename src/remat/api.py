@@ -45,13 +45,16 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       memory), ``"checkmate"``, ``"checkmate-lp"``, the baselines (``"chen-greedy"``, ...),
       or PyTorch's own ``"torch-mincut"`` / ``"no-recompute"`` for comparison
       (``remat.solvers.names()`` lists them all).
-    - ``budget``: the peak memory of each step: a fraction of the step's activation memory
-      without recomputation (``0.6``: the peak above the inputs and parameters, gradients
-      included), bytes for the whole step (``"6GiB"``, ``6e9``), or ``"min"`` (the least memory
-      remat reaches). Shared among the graphs of a step in the order they run
-      (:mod:`remat.plans.step`). A budget nothing fits raises
-      :class:`remat.InfeasibleBudgetError`, naming the smallest feasible budget found, from
-      the training step.
+    - ``budget``: the peak memory of each step: a fraction of plain ``torch.compile``'s
+      activation memory (``0.6``: the step's peak above its inputs and parameters, gradients
+      included, within 60% of what PyTorch's own partition peaks at), bytes for the whole step
+      (``"6GiB"``, ``6e9``), or ``"min"`` (the least memory remat reaches). Shared among the
+      graphs of a step in the order they run (:mod:`remat.plans.step`). A fraction is a target:
+      where no plan reaches it, the step runs at the least memory remat finds, with one
+      :class:`remat.RematBudgetWarning` naming the fraction reached and why it cannot go lower
+      (``strict=True`` raises :class:`remat.InfeasibleBudgetError` instead). A byte budget is a
+      guarantee: one nothing fits raises :class:`remat.InfeasibleBudgetError`, naming the
+      smallest feasible budget found, from the training step.
     - ``time_limit``: seconds a solver may search per graph (None: no limit).
     - ``strict``: raise instead of falling back to PyTorch's partitioner (with a warning)
       when remat cannot plan a graph.
