@@ -3,9 +3,11 @@
 They are not registered (``remat bench`` and the zoo's tests do not see them): each belongs
 to a benchmark's table and keeps that table's sizes.
 
-- :func:`budget_case`: transformers causal LMs (GPT-2, Llama, Qwen2, Mistral), T5, a CNN with
-  BatchNorm and a ResNet-18, each with its loss (``benchmarks/budgets_vs_torch.py``,
-  ``predictions.py``, ``plan_order.py``, ``staged_time.py``).
+- :func:`budget_case`: transformers causal LMs (GPT-2, Llama, Qwen2, Mistral, Gemma2, Mamba),
+  T5, BERT (masked LM, dropout), Whisper, Swin, CLIP (contrastive loss), Wav2Vec2 (a
+  classifier), a CNN with BatchNorm and a ResNet-18, each with its loss, each one graph under
+  ``torch.compile`` (``benchmarks/budgets_vs_torch.py``, ``predictions.py``, ``plan_order.py``,
+  ``staged_time.py``).
 - :func:`magis_case`: MAGIS's workloads scaled down (zoo entries with their loss, and a nested
   U-Net) (``benchmarks/magis_table.py``).
 - :data:`USER_TRIALS`: the user trials' models (BLOOM, OPT, Phi, ViT, a VGG-like CNN,
@@ -86,6 +88,21 @@ class ClassifierLoss(nn.Module):
         return nn.functional.cross_entropy(self.net(x), y)
 
 
+class OutputLoss(nn.Module):
+    """``forward(*inputs) -> model(**{name: input for each name}, **fixed).loss``: a
+    transformers model whose output carries its loss (masked LM, speech seq2seq, image and
+    audio classification, CLIP's contrastive loss with ``return_loss=True``)."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...], **fixed):
+        super().__init__()
+        self.model = model
+        self.names = tuple(names)
+        self.fixed = fixed
+
+    def forward(self, *inputs):
+        return self.model(**dict(zip(self.names, inputs)), **self.fixed).loss
+
+
 # name -> {size: (config)}; "quick" sizes are for the smoke run, "gpu" sizes for a GPU (the
 # issue's GPT-2 small and a Llama with Llama-3.2-1B's widths, batch 8 x 1024)
 BUDGET_SIZES = {
@@ -101,6 +118,22 @@ BUDGET_SIZES = {
     "mistral": {"default": (4, 256, 4, 2, 768, 2048, 4, 128), "quick": (3, 128, 4, 2, 384, 1024, 4, 64)},
     # enc layers, dec layers, d_model, heads, d_ff, vocab, batch, seq
     "t5": {"default": (2, 2, 256, 4, 1024, 2048, 4, 128), "quick": (1, 1, 128, 4, 512, 1024, 4, 64)},
+    # layers, width, heads, kv heads, head dim, ff, vocab, batch, seq (window a quarter of seq, soft caps)
+    "gemma2": {"default": (4, 256, 4, 2, 64, 768, 2048, 4, 128), "quick": (2, 128, 4, 2, 32, 384, 1024, 4, 64)},
+    # layers, width, heads, ff, vocab, batch, seq (hidden and attention dropout 0.1, masked-LM loss)
+    "bert": {"default": (4, 256, 4, 1024, 2048, 4, 128), "quick": (2, 128, 4, 512, 1024, 4, 64)},
+    # enc layers, dec layers, d_model, heads, ff, mel bins, frames, vocab, batch, target length
+    "whisper": {"default": (2, 2, 256, 4, 1024, 80, 256, 2048, 4, 64),
+                "quick": (1, 1, 128, 4, 512, 40, 128, 1024, 4, 32)},
+    # embed dim, depths, heads, window, image, patch, batch (drop path 0.1, hidden dropout 0.1)
+    "swin": {"default": (48, (2, 2, 2), (2, 4, 8), 4, 32, 2, 16), "quick": (32, (1, 1), (2, 4), 4, 32, 2, 8)},
+    # text layers, vision layers, width, heads, ff, vocab, text seq, image, patch, batch
+    "clip": {"default": (2, 2, 256, 4, 1024, 2048, 32, 64, 8, 16), "quick": (1, 1, 128, 4, 512, 1024, 16, 32, 8, 8)},
+    # conv dims, layers, width, heads, ff, classes, batch, samples (classification, dropouts 0.1)
+    "wav2vec2": {"default": ((64, 64, 64), 2, 256, 4, 1024, 10, 4, 3200),
+                 "quick": ((32, 32), 2, 128, 4, 512, 10, 4, 1600)},
+    # layers, width, state size, vocab, batch, seq
+    "mamba": {"default": (2, 128, 16, 2048, 4, 64), "quick": (2, 64, 8, 1024, 4, 32)},
     # channels, blocks, batch, image
     "cnn": {"default": (16, 3, 32, 32), "quick": (16, 2, 16, 32)},
     # zoo resnet18 tiny (width 8, one block per stage), batch, image 32
@@ -115,10 +148,28 @@ def budget_case(name: str, size: str, dtype: torch.dtype = torch.float32, device
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         case = _build(name, BUDGET_SIZES[name][size])
+    _install_output_hooks(case.model)
     case.model = case.model.to(device=device, dtype=dtype).train()
     case.inputs = tuple(x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype)
                         for x in case.inputs)
     return case
+
+
+def _install_output_hooks(model: nn.Module) -> None:
+    """Install transformers' output-capturing hooks now: it installs them lazily in the first
+    forward, and under ``torch.compile`` that breaks the first call's graph (Wav2Vec2: the step
+    stays two graphs)."""
+    try:
+        from transformers.modeling_utils import PreTrainedModel
+        from transformers.utils.output_capturing import maybe_install_capturing_hooks
+    except ImportError:
+        return
+    for m in model.modules():
+        if isinstance(m, PreTrainedModel):
+            try:
+                maybe_install_capturing_hooks(m)
+            except Exception:  # noqa: BLE001 - a model without recorded outputs: nothing to install
+                pass
 
 
 def _build(name: str, cfg: tuple) -> Case:
@@ -161,6 +212,108 @@ def _build(name: str, cfg: tuple) -> Case:
         labels = torch.randint(2, vocab, (b, seq))
         return Case(name, f"T5 ({enc}+{dec} layers x {width}, {heads} heads, ff {ff}, vocab {vocab}), "
                           f"batch {b} x {seq}", Seq2SeqLoss(t5), (ids, labels))
+    if name == "gemma2":
+        from transformers import Gemma2Config, Gemma2ForCausalLM
+
+        layers, width, heads, kv, hd, ff, vocab, b, seq = cfg
+        lm = Gemma2ForCausalLM(Gemma2Config(vocab_size=vocab, hidden_size=width, intermediate_size=ff,
+                                            num_hidden_layers=layers, num_attention_heads=heads,
+                                            num_key_value_heads=kv, head_dim=hd, query_pre_attn_scalar=hd,
+                                            max_position_embeddings=max(seq, 256), sliding_window=seq // 4,
+                                            attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
+                                            pad_token_id=0, use_cache=False))
+        lm.loss_type = "ForCausalLM"
+        return Case(name, f"Gemma2 ({layers} x {width}, {heads} heads / {kv} kv, head dim {hd}, ff {ff}, vocab {vocab}, "
+                          f"window {seq // 4}, soft caps 50/30), batch {b} x {seq}",
+                    LMLoss(lm), (torch.randint(0, vocab, (b, seq)),))
+    if name == "bert":
+        from transformers import BertConfig, BertForMaskedLM
+
+        layers, width, heads, ff, vocab, b, seq = cfg
+        bert = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=layers,
+                                          num_attention_heads=heads, intermediate_size=ff,
+                                          max_position_embeddings=max(seq, 512), hidden_dropout_prob=0.1,
+                                          attention_probs_dropout_prob=0.1, pad_token_id=0))
+        ids = torch.randint(1, vocab, (b, seq))
+        labels = torch.where(torch.rand(b, seq) < 0.15, ids, torch.full_like(ids, -100))  # 15% of tokens
+        return Case(name, f"BERT masked LM ({layers} x {width}, {heads} heads, ff {ff}, vocab {vocab}, hidden and "
+                          f"attention dropout 0.1), batch {b} x {seq}",
+                    OutputLoss(bert, ("input_ids", "labels")), (ids, labels))
+    if name == "whisper":
+        from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+        enc, dec, width, heads, ff, mels, frames, vocab, b, tgt = cfg
+        w = WhisperForConditionalGeneration(WhisperConfig(
+            vocab_size=vocab, num_mel_bins=mels, encoder_layers=enc, decoder_layers=dec,
+            encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=ff, decoder_ffn_dim=ff,
+            d_model=width, max_source_positions=frames // 2, max_target_positions=max(tgt, 64),
+            dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, decoder_start_token_id=1, pad_token_id=0,
+            bos_token_id=1, eos_token_id=2, use_cache=False, begin_suppress_tokens=None, suppress_tokens=None))
+        features = torch.randn(b, mels, frames)
+        labels = torch.randint(3, vocab, (b, tgt))
+        return Case(name, f"Whisper ({enc}+{dec} layers x {width}, {heads} heads, ff {ff}, {mels} mel bins x "
+                          f"{frames} frames, vocab {vocab}), batch {b}, {tgt} target tokens",
+                    OutputLoss(w, ("input_features", "labels")), (features, labels))
+    if name == "swin":
+        from transformers import SwinConfig, SwinForImageClassification
+
+        dim, depths, heads, window, image, patch, b = cfg
+        swin = SwinForImageClassification(SwinConfig(
+            image_size=image, patch_size=patch, embed_dim=dim, depths=list(depths), num_heads=list(heads),
+            window_size=window, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0, drop_path_rate=0.1,
+            num_labels=10, problem_type="single_label_classification"))
+        return Case(name, f"Swin ({image} px, patch {patch}, dim {dim}, depths {list(depths)}, heads {list(heads)}, "
+                          f"window {window}, drop path 0.1, hidden dropout 0.1), batch {b}",
+                    OutputLoss(swin, ("pixel_values", "labels")),
+                    (torch.randn(b, 3, image, image), torch.randint(0, 10, (b,))))
+    if name == "clip":
+        from transformers import CLIPConfig, CLIPModel
+
+        tl, vl, width, heads, ff, vocab, seq, image, patch, b = cfg
+        common = dict(hidden_size=width, intermediate_size=ff, num_attention_heads=heads, dropout=0.0,
+                      attention_dropout=0.0)
+        clip = CLIPModel(CLIPConfig(
+            text_config=dict(vocab_size=vocab, num_hidden_layers=tl, max_position_embeddings=seq,
+                             bos_token_id=1, eos_token_id=2, pad_token_id=0, **common),
+            vision_config=dict(num_hidden_layers=vl, image_size=image, patch_size=patch, **common),
+            projection_dim=width // 2))
+        return Case(name, f"CLIP ({tl} text + {vl} vision layers x {width}, {heads} heads, ff {ff}, vocab {vocab}, "
+                          f"{image} px patch {patch}, contrastive loss), batch {b} x {seq} tokens",
+                    OutputLoss(clip, ("input_ids", "pixel_values"), return_loss=True),
+                    (torch.randint(3, vocab, (b, seq)), torch.randn(b, 3, image, image)))
+    if name == "wav2vec2":
+        from transformers import Wav2Vec2Config, Wav2Vec2ForSequenceClassification
+
+        convs, layers, width, heads, ff, classes, b, samples = cfg
+        kernels, strides = (10,) + (3,) * (len(convs) - 1), (5,) + (2,) * (len(convs) - 1)
+        # a classifier (mean-pooled): transformers' CTC loss breaks the graph (a data-dependent check
+        # of the labels, masked_select, and aten._ctc_loss's output shape)
+        w2v = Wav2Vec2ForSequenceClassification(Wav2Vec2Config(
+            hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=ff,
+            conv_dim=convs, conv_kernel=kernels, conv_stride=strides, num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=4, hidden_dropout=0.1, activation_dropout=0.1, attention_dropout=0.1,
+            final_dropout=0.1, layerdrop=0.0, apply_spec_augment=False, classifier_proj_size=width // 2,
+            num_labels=classes, problem_type="single_label_classification"))
+        # no graph break before the first conv (it sets requires_grad on its input, for gradient
+        # checkpointing's sake); the parameters keep their gradients
+        w2v.wav2vec2.feature_extractor._requires_grad = False
+        frames = samples
+        for k, st in zip(kernels, strides):
+            frames = (frames - k) // st + 1
+        return Case(name, f"Wav2Vec2 classifier (convs {list(convs)}, {layers} x {width}, {heads} heads, ff {ff}, "
+                          f"dropouts 0.1, {classes} classes), batch {b} x {samples} samples ({frames} frames)",
+                    OutputLoss(w2v, ("input_values", "labels")),
+                    (torch.randn(b, samples), torch.randint(0, classes, (b,))))
+    if name == "mamba":
+        from transformers import MambaConfig, MambaForCausalLM
+
+        layers, width, state, vocab, b, seq = cfg
+        lm = MambaForCausalLM(MambaConfig(vocab_size=vocab, hidden_size=width, state_size=state,
+                                          num_hidden_layers=layers, use_cache=False, bos_token_id=0,
+                                          eos_token_id=0, pad_token_id=0))
+        lm.loss_type = "ForCausalLM"
+        return Case(name, f"Mamba ({layers} x {width}, state {state}, vocab {vocab}), batch {b} x {seq}",
+                    LMLoss(lm), (torch.randint(0, vocab, (b, seq)),))
     if name == "cnn":
         from remat.zoo.cnn import ConvBN
 
