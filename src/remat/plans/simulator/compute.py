@@ -38,6 +38,7 @@ def run(r: Replay, k: int, i: int) -> None:
     r.computed[i] = True
     r.copying[i] = False
     allocate(r, k, i)
+    hold_items(r, i)
     r.n_computes += 1
     r.compute_cost += r.op_cost[i]
     r.backward = r.backward or not r.forward[i]
@@ -87,6 +88,23 @@ def allocate(r: Replay, k: int, i: int) -> None:
             r.refs[h] -= len(direct) + len(via)
         elif r.refs[o] == 1:
             r.mem += r.sizes[o]
+
+
+def hold_items(r: Replay, i: int) -> None:
+    """A tuple's op allocates all its items when it runs (:mod:`.tuples`): the tuple holds
+    their storages until it is freed (the eager compiler) or, under a fusing compiler
+    (inductor extracts them at once), until each item's getitem runs and takes it over."""
+    if r.items[i]:
+        held = [r.owner[j] for j in r.items[i]]
+        for o in held:
+            r.take(o)
+        r.tuple_held[i] = held
+    elif r.cm.fused_memory and r.counted[i] and len(r.ins[i]) == 1:
+        c = r.ins[i][0]
+        o = r.owner[i]
+        if o in r.tuple_held[c]:  # the getitem takes its item over from the tuple
+            r.tuple_held[c] = [h for h in r.tuple_held[c] if h != o]
+            r.release(o)
 
 
 def count_traffic(r: Replay, i: int) -> None:

@@ -24,3 +24,6 @@ def free(r: Replay, k: int, st: Statement, i: int) -> None:
         r.held[i] = ()
         if r.counted[i]:
             r.release(r.owner[i])
+        for h in r.tuple_held[i]:  # a tuple: the items it still holds (.tuples)
+            r.release(h)
+        r.tuple_held[i] = ()

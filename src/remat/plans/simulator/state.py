@@ -24,6 +24,7 @@ from ..schedule import Schedule, dropped_outputs, kept_to_end, never_recomputed
 from .fusion import allocations
 from .inplace import donor_ok, dying, reordered
 from .layout import layout_copies
+from .tuples import items_of, tuple_workspace
 from .result import MAX_ERRORS
 
 
@@ -41,7 +42,9 @@ class Replay:
         self.keep = (kept_to_end(g) & ~dropped_outputs(g)).tolist()
         self.once = never_recomputed(g).tolist()
         self.op_cost = cm.op_costs(g)
-        self.work = cm.workspace(g)  # transient bytes while an op runs
+        self.work = tuple_workspace(g, cm)  # transient bytes while an op runs
+        self.items = items_of(g)  # a tuple's items: allocated when the tuple's op runs (.tuples)
+        self.tuple_held: list = [()] * a.n  # item storages a resident tuple still holds
         self.fusible = a.fusible.tolist()
         self.raw = a.bytes.tolist()  # traffic moves a view's own bytes; memory counts storages
         self.forward = a.forward.tolist()

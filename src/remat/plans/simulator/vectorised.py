@@ -32,6 +32,7 @@ from ...graph.graph import Graph
 from ..schedule import (Schedule, codes_of, dropped_outputs, gc_paused, kept_to_end, never_recomputed, required_nodes,
                         statement_codes)
 from .layout import layout_sizes
+from .tuples import items_of, tuple_workspace
 from .result import SimResult
 
 
@@ -129,8 +130,14 @@ def _memory(g: Graph, cm: CostModel, node, is_free, comp_k, comp_i, n_st: int):
     owner, sizes = _storage_arrays(g)
     o = owner[node]
     delta = np.where(is_free, -1, 1)
+    at_k = np.arange(n_st, dtype=np.int64)
+    extra = _tuple_events(g, node, is_free)
+    if extra is not None:  # a tuple holds its items from its compute to its free (.tuples)
+        at_k = np.concatenate((at_k, extra[0]))
+        o = np.concatenate((o, extra[1]))
+        delta = np.concatenate((delta, extra[2]))
     refs0 = np.bincount(owner[a.primal], minlength=a.n)  # inputs and parameters hold theirs
-    order = np.argsort(o, kind="stable")
+    order = np.lexsort((at_k, o))  # per storage, in statement order
     so, sd = o[order], delta[order]
     run = np.cumsum(sd)
     start = np.ones(len(so), dtype=bool)
@@ -138,7 +145,8 @@ def _memory(g: Graph, cm: CostModel, node, is_free, comp_k, comp_i, n_st: int):
     base = np.maximum.accumulate(np.where(start, np.arange(len(so)), 0))  # each run's first event
     refs = run - (run[base] - sd[base]) + refs0[so]  # the storage's references after the event
     change = np.zeros(n_st, dtype=np.int64)
-    change[order] = np.where((sd > 0) & (refs == 1), sizes[so], np.where((sd < 0) & (refs == 0), -sizes[so], 0))
+    np.add.at(change, at_k[order],
+              np.where((sd > 0) & (refs == 1), sizes[so], np.where((sd < 0) & (refs == 0), -sizes[so], 0)))
     constant = g._derived(("vectorised", "constant"), constant_bytes)
     tl = constant + np.cumsum(change)
     peak, peak_at = constant, -1
@@ -254,4 +262,34 @@ def _storage_arrays(g: Graph):
 
 
 def _workspace(g: Graph, cm: CostModel) -> np.ndarray:
-    return np.asarray(cm.workspace(g), dtype=np.int64)
+    return g._derived(("vectorised", "workspace", cm.device),
+                      lambda g: np.asarray(tuple_workspace(g, cm), dtype=np.int64))
+
+
+def _tuple_events(g: Graph, node: np.ndarray, is_free: np.ndarray):
+    """(statement, storage, +1/-1) of the references tuples hold on their items: taken at the
+    tuple's compute, released at its free (the eager compiler's interpreter holds the tuple,
+    and so every item, until its last getitem); None in a graph without tuples."""
+    def table(g: Graph):
+        its = items_of(g)
+        counts = np.fromiter((len(x) for x in its), dtype=np.int64, count=len(its))
+        if not counts.any():
+            return None
+        ptr = np.concatenate(([0], np.cumsum(counts)))
+        flat = np.fromiter((j for x in its for j in x), dtype=np.int64, count=int(ptr[-1]))
+        return counts, ptr, _storage_arrays(g)[0][flat]
+    t = g._derived(("vectorised", "tuple_items"), table)
+    if t is None:
+        return None
+    counts, ptr, item_owner = t
+    n_items = counts[node]
+    if not n_items.any():
+        return None
+    ks = np.flatnonzero(n_items)
+    rep = n_items[ks]
+    k_ext = np.repeat(ks, rep)
+    starts = np.repeat(ptr[node[ks]], rep)
+    within = np.arange(int(rep.sum()), dtype=np.int64) - np.repeat(np.cumsum(rep) - rep, rep)
+    o_ext = item_owner[starts + within]
+    d_ext = np.where(is_free[k_ext], -1, 1)
+    return k_ext, o_ext, d_ext
