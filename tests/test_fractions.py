@@ -99,3 +99,17 @@ def test_a_fraction_out_of_reach_runs_at_the_least_with_one_warning():
     with pytest.raises(InfeasibleBudgetError, match="smallest feasible budget"):
         remat.compile(f, budget="1KiB", compiler="eager", cache=False)(x)
     torch._dynamo.reset()
+
+
+def test_every_solver_answers_min_with_its_least_plan_and_no_over_budget_message():
+    """``budget="min"``: each solver's least-peak plan, feasible at its own peak; its message
+    does not say "over the budget of 0" (issue 30), and Checkmate's MILP, which finds no
+    schedule for 0 bytes, is asked again at the smallest feasible budget."""
+    from remat.graph.examples import cos_cos_graph
+    from remat.solvers import names, solve
+
+    for solver in names(graphs=True, budget=True):
+        p = solve(cos_cos_graph(), solver, budget="min", time_limit=10)
+        assert p.feasible and p.peak_bytes <= 36864, solver
+        assert "over the budget" not in p.message and "fits" not in p.message, (solver, p.message)
+        assert p.options["budget_bytes"] == p.peak_bytes

@@ -236,12 +236,15 @@ class Plan:
         elif budget is not None and sim.peak_bytes > budget:
             if self.status != "over_budget":  # the solver's own verdict, if a larger budget fits
                 self.details["solver_status"] = self.status
+                self.details["solver_message"] = self.message
             self.feasible, self.status = False, "over_budget"
             self.message = (f"schedule peaks at {sim.peak_bytes} bytes, over the budget of {int(budget)}"
-                            + (f" ({self.message})" if self.message else ""))
+                            + (f" ({self.details['solver_message']})" if self.details["solver_message"] else ""))
         else:
             if self.status == "over_budget":  # judged again against a budget it fits
                 self.status = self.details.pop("solver_status", "feasible")
+            if "solver_message" in self.details:  # "over the budget of ..." no longer holds
+                self.message = self.details.pop("solver_message")
             self.feasible = self.status in FEASIBLE_STATUSES
         return self
 

@@ -189,13 +189,10 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
     asked, limit = req.asked_bytes(graph), req.planned_bytes(graph)
     t0 = time.perf_counter()
     plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=time_limit, **req.options)
-    if parsed is not None and parsed.kind == "min" and plan.peak_bytes is None and plan.statements is not None:
-        plan = plan.updated().judge(None, cm)  # a saved-set plan made lazily: its least peak is its peak
-    if parsed is not None and parsed.kind == "min" and plan.peak_bytes is not None \
-            and plan.status != "invalid":
-        asked = limit = plan.peak_bytes  # the least peak found is the budget asked for
-        if plan.status not in FEASIBLE_STATUSES:  # asked for 0 bytes, it said so at its least peak
-            plan = plan.updated(status="feasible", details={"solver_status": plan.status})
+    if parsed is not None and parsed.kind == "min":
+        plan = _least(graph, s, plan, cm, time_limit, req.options, t0)
+        if plan.peak_bytes is not None and plan.status != "invalid":
+            asked = limit = plan.peak_bytes  # the least peak found is the budget asked for
     if plan.statements is not None and (plan.sim is None or plan.budget != limit):
         # the ensures of every solver: valid, and within the budget (a plan the simulator
         # already judged against this budget, as judged() does, is not replayed again); the
@@ -214,6 +211,28 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
             raise infeasible(graph, plan.sealed(), asked, limit, req.headroom, time_limit=left,
                              staged=req.solver != "auto" or staged_schedules_run_as_planned(cm))
     return plan.sealed()  # judged: read-only from here on (Plan.updated reports on a copy)
+
+
+def _least(graph: Graph, s: SolverInfo, plan: Plan, cm: CostModel, time_limit: float | None,
+           options: Mapping[str, Any], t0: float) -> Plan:
+    """For ``"min"``: the solver's plan asked for 0 bytes, as its least-peak plan. A plan
+    made lazily (a saved set) is judged for its peak; a solver that returns no schedule for
+    0 bytes (Checkmate's MILP: infeasible) is asked again for the smallest feasible budget the
+    baselines find; a plan that said "over budget" at 0 bytes is feasible at its own peak."""
+    if plan.statements is None and s.budget != "none":
+        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+        floor, _ = smallest_feasible(graph, [plan], time_limit=left)
+        plan = s.fn(graph, budget=floor, cost_model=cm, time_limit=left, **options)
+    if plan.peak_bytes is None and plan.statements is not None:
+        plan = plan.updated().judge(None, cm)  # a saved-set plan made lazily: its least peak is its peak
+    if plan.status in FEASIBLE_STATUSES and "solver_status" in plan.details and plan.message:
+        plan = plan.updated(message="", details={"solver_message": ""})  # "no schedule fits 0 bytes": not news
+    if plan.peak_bytes is not None and plan.status != "invalid" and plan.status not in FEASIBLE_STATUSES:
+        # asked for 0 bytes, it said so at its least peak: feasible there, and its message
+        # ("over the budget of 0") no longer holds
+        plan = plan.updated(status="feasible", message="",
+                            details={"solver_status": plan.status, "solver_message": ""})
+    return plan
 
 
 def as_request(solver: str | Request, *, options: Mapping[str, Any], **settings: Any) -> Request:
