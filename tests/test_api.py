@@ -293,3 +293,19 @@ def test_outputs_dropped_reaches_the_memory_model_and_a_wrong_value_is_refused()
                        on_plan=lambda g, p: plans.append(p))
     fn(torch.randn(4, 8)).sum().backward()
     assert plans and plans[0].graph.meta.get("outputs") == "dropped"
+
+
+def test_the_unknown_option_error_lists_exactly_the_documented_options():
+    """Issue 30: the list an unknown keyword gets is the docstring's (``- ``name``: ...``
+    items, and torch.compile's own), and is compile's signature less ``model``."""
+    import inspect
+    import re
+
+    documented = re.findall(r"^    - ``(\w+)``", remat.compile.__doc__, flags=re.M)
+    with pytest.raises(remat.OptionError) as e:
+        remat.compile(MLP(), not_an_option=1)
+    m = re.search(r"remat's options: ([\w, ]+); torch.compile's: ([\w, ]+)$", str(e.value))
+    ours, theirs = m.group(1).split(", "), m.group(2).split(", ")
+    assert sorted(ours) == sorted(documented)
+    params = [p for p in inspect.signature(remat.compile).parameters if p not in ("model", "unknown")]
+    assert sorted(ours + theirs) == sorted(params)
