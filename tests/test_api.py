@@ -301,7 +301,7 @@ def test_the_unknown_option_error_lists_exactly_the_documented_options():
     import inspect
     import re
 
-    documented = re.findall(r"^    - ``(\w+)``", remat.compile.__doc__, flags=re.M)
+    documented = re.findall(r"^    - ``(\w+)[`(]", remat.compile.__doc__, flags=re.M)
     with pytest.raises(remat.OptionError) as e:
         remat.compile(MLP(), not_an_option=1)
     m = re.search(r"remat's options: ([\w, ]+); torch.compile's: ([\w, ]+)$", str(e.value))
