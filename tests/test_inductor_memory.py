@@ -582,7 +582,9 @@ def test_auto_keeps_to_saved_sets_under_inductor_and_its_error_says_what_they_re
         solve(fused, "auto", budget=0.01)
     assert e.value.smallest_feasible == least.peak_bytes  # what auto reaches, no staged baseline
     eager = remat.plan(model, x, cache=False, for_compiler="eager").graph
-    staged = {t["solver"] for t in solve(eager, "auto", budget="min").details["tried"]}
+    # under the eager compiler staged schedules may run: min tries them where its bound of the
+    # slowdown lets them in (not under its default 2x: remat.solvers.portfolio.STAGED_PENALTY)
+    staged = {t["solver"] for t in solve(eager, "auto", budget="min", max_overhead=100.0).details["tried"]}
     assert staged & set(BASELINES), staged
 
 

@@ -65,18 +65,23 @@ def test_an_mlp_is_split_along_its_batch_and_trains_as_eager():
 
 
 def test_max_overhead_asks_for_the_least_memory_within_that_time():
-    """remat.compile(model, max_overhead=0.10): the search's time mode. The plan is predicted
-    within 10% of the step without recomputation and peaks no higher than it; both knobs
-    together are refused."""
+    """remat.compile(model, max_overhead=0.10): the least memory predicted within 10% of the
+    reference step (plain torch.compile's partition), never more than the plan without a
+    budget; with a budget in bytes or a fraction it is refused, with "min" it bounds min."""
+    from remat.cost.model import default_cost_model
+    from remat.solvers.magis.search import reference_seconds
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8))
     x = torch.randn(512, 64)
     (plan,) = remat.plan_all(model, x, max_overhead=0.10, cache=False, time_limit=10)
-    (ref,) = remat.plan_all(model, x, solver="no-recompute", cache=False)
-    limit = plan.details["search"]["limit"]["seconds"]
-    assert limit == pytest.approx(1.10 * ref.predicted_seconds, rel=1e-6)
-    assert plan.predicted_seconds <= limit and plan.peak_bytes <= ref.peak_bytes
-    with pytest.raises(remat.OptionError, match="not both"):
-        remat.compile(model, budget=0.5, max_overhead=0.1)
-    with pytest.raises(remat.OptionError, match="max_overhead"):
-        remat.compile(model, max_overhead=-1)
+    (default,) = remat.plan_all(model, x, cache=False)
+    limit = plan.details["overhead"]["seconds"]
+    g = default.graph
+    assert limit == pytest.approx(1.10 * reference_seconds(g, default_cost_model(g)), rel=1e-6)
+    assert plan.predicted_seconds <= limit and plan.peak_bytes <= default.peak_bytes
+    (least,) = remat.plan_all(model, x, budget="min", max_overhead=0.10, cache=False, time_limit=10)
+    assert least.details["overhead"]["seconds"] == pytest.approx(limit)
+    for budget in (0.5, "6GiB"):
+        with pytest.raises(remat.OptionError, match="not both"):
+            remat.compile(model, budget=budget, max_overhead=0.1)

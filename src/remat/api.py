@@ -76,9 +76,14 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       above the plan's prediction by up to their size.
 
     - ``max_overhead``: instead of a budget, the least memory within this share of extra step
-      time (``0.10``: at most 10% slower than without recomputation, by the simulator's
-      prediction), by MAGIS's search over fission, recomputation and swapping
-      (:func:`remat.solvers.magis.search.magis`; ``solver`` ``"auto"`` or ``"magis"``).
+      time (``0.10``: predicted at most 10% slower than plain ``torch.compile``'s partition,
+      :func:`remat.plans.budget.reference_schedule`), and never more memory than the plan
+      without a budget, by prediction: remat's least-memory plans within that time, then
+      MAGIS's search over fission, recomputation and swapping from them
+      (:func:`remat.solvers.magis.search.least_within`; ``solver`` ``"auto"`` or ``"magis"``).
+      With ``budget="min"`` it sets the slowdown ``min`` may cost (default: predicted at most
+      2x, :data:`remat.solvers.auto.MIN_OVERHEAD`); with a budget in bytes or a fraction it is
+      refused.
 
     - ``offload``: let plans offload saved values to host memory (default True) where the
       copies are known to work on this torch and device (on CUDA: PyTorch's ``ao`` copy ops
@@ -233,13 +238,17 @@ def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | fl
 
 def _with_overhead(solver_options: Mapping[str, Any] | None, max_overhead: float | None,
                    budget: Any) -> dict:
-    """The solver's options with ``max_overhead`` among them (checked against the budget)."""
+    """The solver's options with ``max_overhead`` among them (checked against the budget: none,
+    or ``"min"``; a budget in bytes or a fraction is refused)."""
     out = dict(solver_options or {})
     if max_overhead is None:
         return out
-    if budget is not None:
-        raise OptionError("give budget (least time within a memory bound) or max_overhead (least "
-                          "memory within a time bound), not both")
+    if budget is not None and not (isinstance(budget, str) and budget.strip().lower() == "min"
+                                   or getattr(budget, "kind", None) == "min"):
+        raise OptionError(f"max_overhead={max_overhead!r} bounds the step time of the least memory: "
+                          f"it goes with budget='min' or no budget, not with budget={budget!r}. Give "
+                          "a memory budget (the fastest plan within it) or max_overhead (the least "
+                          "memory within that much more time), not both")
     if isinstance(max_overhead, bool) or not isinstance(max_overhead, (int, float)) or not max_overhead >= 0:
         raise OptionError(f"max_overhead {max_overhead!r} must be a share of the step time >= 0, such "
                           "as 0.10 for at most 10% slower")

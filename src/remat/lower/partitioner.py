@@ -191,9 +191,10 @@ class RematPartitioner(CustomPartitionerFn):
         req = self._solver_for(graph, o.request)  # the request made once at the API
 
         def solve_within(budget, headroom):
-            shows = shown(f"remat: planning {graph.name} ({len(graph)} nodes)") if o.verbose \
-                else contextlib.nullcontext()
-            with shows:
+            from ..solvers.progress import delayed  # stages on stderr once planning takes > 2 s
+
+            title = f"remat: planning {graph.name} ({len(graph)} nodes)"
+            with shown(title) if o.verbose else delayed(title):
                 return cached_solve(graph, req.within(budget, headroom), cache=o.cache)
 
         try:

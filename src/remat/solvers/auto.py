@@ -1,13 +1,30 @@
 """``solver="auto"``: the default policy. Without a budget, the fusion-aware min cut
-(conservative); with one, the fastest plan within it, fusion-aware first.
+(conservative); with one, the fastest plan within it, fusion-aware first; for the least memory,
+the least within a bounded slowdown.
 
-With a budget, ``auto`` takes the best of the starting plans (:func:`remat.solvers.portfolio.portfolio`:
-the no-budget plan when it fits, the fusion-aware frontier, peak descent, the staged baselines
-and Checkmate's MILP where small, offloading where copies run beside compute). When none of
-them fits, or for the least memory (``budget=0``, ``budget="min"``), and the graph has
-dimensions (what fission needs), MAGIS's search (:func:`remat.solvers.magis.search.refine`)
-goes on from that plan for at most :data:`AUTO_SEARCH_SHARE` of the scale (10 s), within
-what is left of the time limit.
+With a budget in bytes (or a fraction), ``auto`` takes the best of the starting plans
+(:func:`remat.solvers.portfolio.portfolio`: the no-budget plan when it fits, the fusion-aware
+frontier, peak descent, the staged baselines and Checkmate's MILP where small, offloading where
+copies run beside compute). When none of them fits and the graph has dimensions (what fission
+needs), MAGIS's search (:func:`remat.solvers.magis.search.refine`) goes on from that plan.
+
+``budget="min"`` (``budget=0`` here) and ``max_overhead=x`` ask for the same thing: the least
+memory within a bounded slowdown, never more memory than the plan without a budget
+(:func:`remat.solvers.magis.search.least_within`): the starting plans for the least memory,
+the least peak among those predicted within ``(1 + x)`` times the reference step
+(:func:`remat.plans.budget.reference_schedule`: what plain ``torch.compile`` runs), then the
+search in time mode from it and from the plan without a budget. ``max_overhead`` alone, or
+with ``budget="min"``, sets ``x``; ``budget="min"`` alone uses :data:`MIN_OVERHEAD`.
+
+Every stop of these stages that decides the plan counts work, not seconds (the descent's
+moves, the staged baselines' grid points, the search's states: sizes derived from the graph's
+nodes), so that one graph and one set of options give one plan on an idle machine; the wall
+clock (shares of the time limit, :mod:`remat.solvers.deadline`) stays as a safety stop under
+load. The stops that still read the clock: the frontier's (a few max-flows: it finishes first
+on every graph we have), the re-ordering after the search (:data:`remat.solvers.magis.search.REORDER_SHARE`:
+a DP that finishes well within it on the zoo's graphs), offloading's swap pass, and Checkmate's
+MILP (byte budgets nothing else fits, under the eager compiler, graphs of at most
+:data:`~remat.solvers.portfolio.MILP_MAX_NODES` nodes), which stops at its time limit.
 
 When nothing fits, the plan of least peak is returned (every attempt in
 ``details["tried"]``) and :func:`remat.solvers.solve` raises
@@ -21,35 +38,45 @@ from ..errors import OptionError
 from ..graph.graph import Graph
 from ..plans.plan import Plan
 from .deadline import Deadline
-from .magis.search import has_dimensions, magis, refine
+from .magis.search import check_overhead, has_dimensions, least_within, refine
 from .mincut import mincut
 from .portfolio import portfolio
 
 AUTO_SEARCH_SHARE = 1 / 6
-"""The share of :data:`~remat.solvers.deadline.SCALE` (10 s of 60 s) that ``auto`` gives
-MAGIS's search when none of its plans fits, or for the least memory; at most what is left of
-the time limit."""
+"""The share of :data:`~remat.solvers.deadline.SCALE` (10 s of 60 s) after which ``auto``'s
+search stops under load (its deterministic stop is
+:data:`remat.solvers.magis.search.SEARCH_WORK`), within what is left of the time limit."""
+
+MIN_OVERHEAD = 1.0
+"""``budget="min"`` without ``max_overhead``: the least memory whose predicted step is at most
+``1 + MIN_OVERHEAD`` (2x) the reference step's. Unbounded, ``min`` chose staged schedules
+predicted 1.8-3.6x the reference (GPT-2, Llama, T5 quick under the eager compiler) that ran
+8-12x slower than plain ``torch.compile``; the saved sets and the search's plans that reach
+most of the savings are predicted within 1.1-1.3x (benchmarks in BENCHMARKS.md), so a 2x bound
+keeps them and leaves out schedules whose slowdown outweighs what they save. CALIBRATE"""
 
 
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
          time_limit: float | None = None, max_overhead: float | None = None,
          fission: bool = True) -> Plan:
-    """The conservative min cut without a budget; with one, the fastest plan within it (see
-    the module docstring). Each stage is announced to :func:`remat.solvers.progress.report`.
-    ``max_overhead`` (no budget): the least memory within that share of extra step time, by
-    MAGIS's search (:func:`remat.solvers.magis.search.magis`). ``fission=False``: the search
-    splits no sub-graph."""
-    if max_overhead is not None:
-        if budget is not None:
-            raise OptionError("give a memory budget or max_overhead, not both")
-        return magis(g, cost_model=cost_model, time_limit=time_limit, max_overhead=max_overhead,
-                     fission=fission)
-    if budget is None:
+    """The conservative min cut without a budget; with one, the fastest plan within it; for
+    the least memory (``budget`` 0, what ``"min"`` asks) or with ``max_overhead``, the least
+    memory within that overhead (see the module docstring). Each stage is announced to
+    :func:`remat.solvers.progress.report`. ``fission=False``: the search splits no sub-graph."""
+    least = budget is not None and budget <= 0
+    if max_overhead is not None and budget is not None and not least:
+        raise OptionError("give a memory budget or max_overhead, not both: max_overhead goes with "
+                          "no budget or with budget='min' (the least memory within that overhead)")
+    check_overhead(max_overhead)
+    if budget is None and max_overhead is None:
         return mincut(g, "conservative")
     clock = Deadline(time_limit)
-    plan = portfolio(g, budget, cost_model, time_limit, swapping=True)
-    if (plan.feasible and budget > 0) or not has_dimensions(g):
+    cm = cost_model or default_cost_model(g)
+    if least or max_overhead is not None:
+        overhead = MIN_OVERHEAD if max_overhead is None else float(max_overhead)
+        return least_within(g, overhead, cm, clock, fission=fission, share=AUTO_SEARCH_SHARE)
+    plan = portfolio(g, budget, cm, time_limit, swapping=True)
+    if plan.feasible or not has_dimensions(g):
         return plan
-    # nothing fits, or the least memory is asked: MAGIS's search from this plan (fission too)
-    return refine(g, plan, budget, cost_model or default_cost_model(g), clock, AUTO_SEARCH_SHARE,
-                  fission=fission)
+    # nothing fits: MAGIS's search from this plan (fission too)
+    return refine(g, plan, budget, cm, clock, AUTO_SEARCH_SHARE, fission=fission)

@@ -7,6 +7,18 @@ limit), and never more than what is left of the call's time limit. Under the def
 a longer one or none, each stage gets the seconds it always had (a tenth of 60 s: 6 s); a
 caller who asks for 2 s waits 2 s at most, whatever stages run. Lowering :data:`SCALE` (a test
 suite may) shortens every stage at once.
+
+These shares are safety stops. The stages that search stop first on work, a count derived
+from the graph's size, so that planning one graph with one set of options gives one plan on
+an idle machine (``budget="min"`` used to exceed a byte budget in one run and meet it in
+the next): the peak descent (:func:`remat.solvers.descent.descent_trials` moves), the staged
+baselines that search (:data:`remat.solvers.portfolio.STAGED_EVALUATIONS` schedules each) and
+MAGIS's search (:func:`remat.solvers.magis.search.search_states` states). Stops still on the
+clock alone: the frontier's (it ends on its own first, a few max-flows), the re-ordering of
+the search's best schedule (a DP that ends well within its share on the zoo's graphs),
+offloading's swap pass and trade, and Checkmate's MILP (HiGHS is deterministic, but its
+time limit is not: the MILP runs only for byte budgets nothing else meets, on graphs of at most
+:data:`remat.solvers.portfolio.MILP_MAX_NODES` nodes, under the eager compiler).
 """
 
 from __future__ import annotations

@@ -40,15 +40,34 @@ from .deadline import SCALE, Deadline
 
 DESCENT_SHARE = 0.05
 """At most this share of :data:`~remat.solvers.deadline.SCALE` (3 s of 60 s), within the time
-limit, goes to the descent (:meth:`remat.solvers.deadline.Deadline.share`)."""
+limit, goes to the descent (:meth:`remat.solvers.deadline.Deadline.share`): the safety stop
+under load; :data:`DESCENT_WORK` is the deterministic one."""
+
+DESCENT_WORK = 100_000
+"""The descent's deterministic stop: at most this many moves tried times the graph's nodes
+(each move is one schedule and simulation, about linear in the nodes), at least
+:data:`MIN_DESCENT_TRIALS` moves (:func:`descent_trials`): 243 moves on GPT-2 quick (410
+nodes). The descents from the aggressive min cut of the ``quick`` models of
+``remat.zoo.trials.budget_case`` (eager and inductor graphs, 410-853 nodes) ended by
+themselves after 16-47 moves (0.03-0.4 s)."""
+
+MIN_DESCENT_TRIALS = 100
+"""The least moves the descent tries, however large the graph."""
+
+
+def descent_trials(g: Graph) -> int:
+    """The moves a descent on ``g`` tries at most (:data:`DESCENT_WORK`)."""
+    return max(MIN_DESCENT_TRIALS, int(DESCENT_WORK // max(1, len(g))))
 
 
 def descend(g: Graph, saved: Iterable[str], cost_model: CostModel | None = None, *,
-            budget: float | None = None, time_limit: float | None = DESCENT_SHARE * SCALE
-            ) -> tuple[list[str], SimResult]:
+            budget: float | None = None, time_limit: float | None = DESCENT_SHARE * SCALE,
+            trials: int | None = None) -> tuple[list[str], SimResult]:
     """The saved set a descent from ``saved`` reaches and its simulation (see the module
     docstring): within ``budget`` bytes if it gets there, else the least peak it found.
-    Raises :class:`~remat.errors.PlanError` if ``saved`` itself gives no valid schedule."""
+    ``trials``: the moves tried at most (a stop that does not depend on the clock; None: no
+    such stop). Raises :class:`~remat.errors.PlanError` if ``saved`` itself gives no valid
+    schedule."""
     cm = cost_model or default_cost_model(g)
     clock = Deadline(time_limit)
     a = g._arrays
@@ -61,15 +80,18 @@ def descend(g: Graph, saved: Iterable[str], cost_model: CostModel | None = None,
     if judged is None:
         raise PlanError(f"the saved set to descend from gives no valid schedule of {g.name!r}")
     schedule, sim = judged
-    while not clock.expired() and not (budget is not None and sim.peak_bytes <= budget):
+    tried = 0
+    while not clock.expired() and not (budget is not None and sim.peak_bytes <= budget) \
+            and (trials is None or tried < trials):
         moved = False
         for name, drop in _moves(g, current, _alive_at_peak(schedule, sim), may_drop, may_save):
             trial = _closed(g, current - {name} if drop else current | {name})
             judged = _simulate(g, trial, cm)
+            tried += 1
             if judged is not None and judged[1].peak_bytes < sim.peak_bytes:
                 current, (schedule, sim), moved = trial, judged, True
                 break
-            if clock.expired():
+            if clock.expired() or (trials is not None and tried >= trials):
                 break
         if not moved:
             break

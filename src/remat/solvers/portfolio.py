@@ -29,8 +29,17 @@ found nothing that fits, and returns the best (every attempt in ``details["tried
    recomputation.
 
 When nothing fits, the plan of least peak is returned. ``budget=0`` asks for that plan: every
-stage runs, and the least peak wins. The stages' times are shares of one scale, within the
-call's time limit (:mod:`remat.solvers.deadline`).
+stage runs, and the least peak wins; with ``within`` (seconds: what ``budget="min"`` and
+``max_overhead`` ask, :func:`remat.solvers.magis.search.least_within`) the least peak among
+the plans predicted that fast and no larger than the plan without a budget, a staged schedule's
+time counted :data:`STAGED_PENALTY` times (its prediction is the least reliable), and the
+staged baselines are skipped when none of them could qualify.
+
+The stages stop on work, not time, where they search: the descent after
+:func:`~remat.solvers.descent.descent_trials` moves, each searching baseline after
+:data:`STAGED_EVALUATIONS` schedules; their shares of one scale, within the call's time limit
+(:mod:`remat.solvers.deadline`), stay as safety stops under load. The frontier stops after its
+vertices (or the clock), Checkmate's MILP and offloading's swap pass on the clock.
 
 >>> from remat.graph.examples import offload_chain
 >>> p = portfolio(offload_chain(), 600)
@@ -52,7 +61,7 @@ from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
 from .deadline import Deadline
-from .descent import DESCENT_SHARE, descend
+from .descent import DESCENT_SHARE, descend, descent_trials
 from .feasible import FIXED, staged_schedules_run_as_planned
 from .magis.swap_solver import swap_down
 from .mincut import mincut
@@ -84,12 +93,37 @@ MILP_MAX_NODES = 400
 """Checkmate's MILP joins the portfolio only on graphs this small: on GPT-2 small (2,000
 nodes) HiGHS spends a minute without a first schedule."""
 
+STAGED_EVALUATIONS = 16
+"""The deterministic stop of the staged baselines that search (Chen's greedy, REVOLVE): each
+evaluates at most this many distinct schedules of its grid, sampled coarse to fine (their
+``evaluations`` option), so that they finish within :data:`STAGED_SHARE`, which stays as the
+safety stop under load. With 16, each took 0.4-1.0 s on GPT-2 default, Llama and T5 quick (eager
+graphs); their whole grids took 2-8 s each, and were cut by the clock before."""
+
+STAGED_PENALTY = 2.3
+"""A staged schedule's predicted time is multiplied by this before it is held against a time
+bound (``budget="min"``, ``max_overhead``). Measured through the eager compiler
+(``remat.compile(..., compiler="eager")``, ``remat.bench.measure.step_time``, one thread, step
+time over the plan without a budget's): T5 quick's ``chen-greedy`` least-memory schedule
+predicted 3.59x, measured 8.18x (2.3x off); Llama quick's ``chen-sqrtn-linearized`` predicted
+3.13x, measured 2.6x. The cost model's time of a staged schedule is off by up to this factor
+(segments recomputed whole, op by op), and one off this far is what made ``budget="min"`` run
+8-12x slower than plain ``torch.compile`` in a user trial; saved sets (the frontier, the
+descent, the search) measured within 10-25% of their predictions on the same models. Under
+the default bound of ``min`` (:data:`remat.solvers.auto.MIN_OVERHEAD`: 2x) no staged schedule
+can qualify, and the baselines are not run at all (a staged schedule is never faster than the
+fastest saved set)."""
+
 
 def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = None,
-              time_limit: float | None = None, *, swapping: bool = False) -> Plan:
+              time_limit: float | None = None, *, swapping: bool = False,
+              within: float | None = None) -> Plan:
     """The best starting plan for ``budget`` bytes (0: the least peak; None: the conservative
     min cut) within ``time_limit`` seconds (see the module docstring); every plan made is in
-    ``details["tried"]``. ``swapping``: offloading too (stage 5)."""
+    ``details["tried"]``. ``swapping``: offloading too (stage 5). ``within`` (with budget 0):
+    the least peak among the plans predicted within ``within`` seconds (a staged schedule's
+    time times :data:`STAGED_PENALTY`) and no larger than the conservative min cut; the fastest
+    of those no larger when none is that fast."""
     if budget is None:
         return mincut(g, "conservative")
     t0 = time.perf_counter()
@@ -126,8 +160,11 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         return _done(min(better, key=_speed) if better else base, plans, t0, points)
     staged = clock.share(STAGED_SHARE)
     runs_staged = staged_schedules_run_as_planned(cm)
+    fastest = min((p.predicted_seconds for p in plans if p.sim is not None and p.sim.valid), default=None)
     if (least or not any(p.feasible for p in plans)) and not runs_staged:
         report(f"{g.name}: no staged schedules under a fusing compiler (saved sets only)")
+    elif least and within is not None and fastest is not None and within < STAGED_PENALTY * fastest:
+        report(f"{g.name}: no staged schedules within {within:.3g} s (saved sets only)")
     elif least or not any(p.feasible for p in plans):
         _baselines(g, cm, staged, limit, attempt)
     if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
@@ -139,7 +176,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         _swapped(g, cm, clock, plans, limit, least)
     valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
     if least and valid:
-        best = min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
+        best = min(_bounded(valid, base, within), key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
         if best.status not in FEASIBLE_STATUSES:  # a baseline asked for 0 bytes says "infeasible"
             best.details["solver_status"], best.status = best.status, "feasible"
         best.judge(best.peak_bytes, cm, sim=best.sim)
@@ -151,19 +188,41 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     return _done(best, plans, t0, points)
 
 
+def _bounded(valid: list[Plan], base: Plan, within: float | None) -> list[Plan]:
+    """The plans ``budget=0`` chooses among: all of ``valid`` without a bound; with one
+    (``within`` seconds), those no larger than ``base`` (the plan without a budget) and
+    predicted within it (:func:`bounded_seconds`), else the fastest of those no larger."""
+    if within is None:
+        return valid
+    small = [p for p in valid if base.peak_bytes is None or base.status == "invalid"
+             or p.peak_bytes <= base.peak_bytes] or valid
+    ok = [p for p in small if bounded_seconds(p) <= within * (1 + 1e-9)]
+    return ok or [min(small, key=lambda p: (bounded_seconds(p), p.peak_bytes, p.solver))]
+
+
+def bounded_seconds(p: Plan) -> float:
+    """The time a time bound holds ``p`` to: its prediction, times :data:`STAGED_PENALTY` for a
+    staged schedule (a baseline's or the MILP's)."""
+    staged = p.solver in STAGED_BASELINES or p.solver.startswith(("checkmate", "chen", "griewank"))
+    return p.predicted_seconds * (STAGED_PENALTY if staged else 1.0)
+
+
 def _baselines(g: Graph, cm: CostModel, staged: Deadline, limit: int | None, attempt) -> None:
-    """The :data:`STAGED_BASELINES` in order, within ``staged``: the ones that search share
-    the time evenly (each stops at its best)."""
+    """The :data:`STAGED_BASELINES` in order, within ``staged``: the ones that search evaluate
+    :data:`STAGED_EVALUATIONS` schedules each (the deterministic stop) and share the time evenly (the
+    safety stop: each stops at its best)."""
     searching = [n for n in STAGED_BASELINES if n not in FIXED]
     for name in STAGED_BASELINES:
         if staged.expired():
             break
         report(f"{g.name}: baseline {name}")
         share = staged.left()
+        options = {}
         if name in searching:
             share = None if share is None else share / (len(searching) - searching.index(name))
-        attempt(name, lambda name=name, share=share: BASELINES[name](
-            g, limit or 0, cost_model=cm, time_limit=share))
+            options["evaluations"] = STAGED_EVALUATIONS
+        attempt(name, lambda name=name, share=share, options=options: BASELINES[name](
+            g, limit or 0, cost_model=cm, time_limit=share, **options))
 
 
 def _swapped(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit: int | None,
@@ -228,7 +287,8 @@ def _descent(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit:
     seconds = clock.share(DESCENT_SHARE).limit
 
     def make() -> Plan:
-        saved, _ = descend(g, start.saved_names, cm, budget=limit, time_limit=seconds)
+        saved, _ = descend(g, start.saved_names, cm, budget=limit, time_limit=seconds,
+                           trials=descent_trials(g))
         plan = Plan.from_saved_set(g, saved, solver="descent", details={"descended_from": start.solver})
         return plan.judge(limit, cm)
 

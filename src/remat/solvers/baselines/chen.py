@@ -96,7 +96,7 @@ def coarse_to_fine(n: int) -> list[int]:
 def _chen_greedy(name: str, mode: str):
     def solver(g: Graph, budget: float | None = None, *, cost_model: CostModel | None = None,
                time_limit: float | None = None, candidates: str = mode, b: float | None = None,
-               points: int = 100) -> Plan:
+               points: int = 100, evaluations: int | None = None) -> Plan:
         clock = Deadline(time_limit)
         cm = cost_model or default_cost_model()
         ctx = _context(g)
@@ -111,8 +111,8 @@ def _chen_greedy(name: str, mode: str):
         seen: dict[tuple[int, ...], _Point] = {}
         evaluated: list[tuple[int, _Point]] = []
         for k in coarse_to_fine(len(grid)):  # a time limit leaves an even, coarser search
-            if evaluated and clock.expired():
-                break
+            if evaluated and (clock.expired() or evaluations is not None and len(evaluated) >= evaluations):
+                break  # evaluations: a stop that does not depend on the clock
             cps = tuple(chen_greedy_checkpoints(ctx, cset, grid[k]))
             if cps not in seen:
                 seen[cps] = _evaluate(g, ctx, cps, None, cm, grid[k])

@@ -8,6 +8,7 @@ from ...cost.model import CostModel, default_cost_model
 from ...graph.graph import Graph
 from ...plans.plan import Plan
 from ..deadline import Deadline
+from .chen import coarse_to_fine
 from .policy import _context, _evaluate, _result, candidate_chain
 from .revolve import revolve_snapshots, revolve_steps
 
@@ -24,11 +25,13 @@ def griewank_slot_grid(l: int, limit: int = 64) -> list[int]:
 
 
 def griewank(g: Graph, budget: float | None = None, *, cost_model: CostModel | None = None,
-             time_limit: float | None = None, candidates: str = "auto", slots: int | None = None) -> Plan:
+             time_limit: float | None = None, candidates: str = "auto", slots: int | None = None,
+             evaluations: int | None = None) -> Plan:
     """Griewank & Walther's REVOLVE on the candidate chain (articulation points when the
     graph has any, else linearized): for ``s`` snapshot slots the optimal binomial schedule,
     its snapshot sets written into ``S`` stage by stage; ``s`` searched over ``0..l-1``
-    (``slots=`` runs one). See the module docstring."""
+    (``slots=`` runs one; ``evaluations=``: at most that many counts of the grid, sampled
+    coarse to fine: a stop that does not depend on the clock). See the module docstring."""
     clock = Deadline(time_limit)
     cm = cost_model or default_cost_model()
     ctx = _context(g)
@@ -41,6 +44,8 @@ def griewank(g: Graph, budget: float | None = None, *, cost_model: CostModel | N
         grid = [0]
     else:
         grid = griewank_slot_grid(l)
+    if evaluations is not None and len(grid) > evaluations:
+        grid = [grid[k] for k in sorted(coarse_to_fine(len(grid))[:max(1, int(evaluations))])]
     evaluated = []
     for s in grid:
         if evaluated and clock.expired():

@@ -14,18 +14,24 @@ a link whose copies run beside compute, swap one out; and their inverses (save a
 recomputed value that costs most, drop a swap). Best-first: states are compared
 lexicographically with the limit (``BetterThan``): under a memory budget M,
 ``(max(mem, M), time)``; under a time limit T (``max_overhead``: T = (1 + max_overhead) x the
-time without recomputation), ``(max(time, T), mem)``. A child is kept in the queue when it is
+reference step's time, :func:`reference_seconds`), ``(max(time, T), mem)``, and with a memory
+cap C (the plan without a budget's peak, :func:`least_within`) ``(max(mem, C), max(time, T),
+mem)``. A child is kept in the queue when it is
 better than the best so far with both its measures relaxed by :data:`DELTA` (1.1). A state
 seen before (same graph, saved set and swaps: a canonical hash of the state, which fixes the
 graph and its schedule) is skipped before it is scheduled.
 
 It starts from remat's own plans without fission (the best starting plan,
-:func:`remat.solvers.portfolio.portfolio`, within the budget or for the least memory without
-one; the step without recomputation), so it never returns a plan worse than those;
-the best plan found is returned with its fissions in ``plan.fissions``, and its graph
-(``plan.graph``) is the graph with them applied. Deterministic: no random choices, ties
-broken by the order states were made; the wall-clock limit can cut it short
-(``iterations`` caps the states expanded, for tests).
+:func:`remat.solvers.portfolio.portfolio`, within the budget or for the least memory within the
+time limit; in time mode the plan without a budget too; the reference step), so it never
+returns a plan worse than those; the best plan found is returned with its fissions in
+``plan.fissions``, and its graph (``plan.graph``) is the graph with them applied.
+
+Deterministic: no random choices, ties broken by the order states were made, and it stops
+after scheduling :func:`search_states` states (:data:`SEARCH_WORK` over the graph's nodes),
+a count, not a time; the wall-clock share stops it only when the machine is too loaded to
+get there in time (``details["search"]["stopped"]`` says ``"work"``, ``"done"``,
+``"iterations"`` or ``"time"``; ``iterations`` caps the states expanded, for tests).
 
 Re-scheduling is not Algorithm 2's interval DP: a state's schedule is rebuilt whole in linear
 time (a few milliseconds on a 2,000-node graph; simulating it costs more); MAGIS's released
@@ -77,14 +83,25 @@ limit, re-ordering the best state's schedule after the search."""
 DEFAULT_OVERHEAD = 0.10
 """Without a budget, the least memory within this share of extra step time."""
 
-SEARCH_WORK = 200_000
+SEARCH_WORK = 40_000
 """The search's deterministic stop: it schedules at most this many states times nodes (a
-state's schedule and simulation cost about linear time in the graph's nodes), at least
-:data:`MIN_SEARCH_STATES` states (:func:`search_states`). The wall-clock share
-(:data:`SEARCH_SHARE`) stays as a safety stop under load. CALIBRATE"""
+state's schedule and simulation cost about linear time in the graph's nodes), between
+:data:`MIN_SEARCH_STATES` and :data:`MAX_SEARCH_STATES` states (:func:`search_states`): 97
+states on GPT-2 quick (410 nodes), 47 on ResNet-18 tiny (853). On the ``quick`` models of
+``remat.zoo.trials.budget_case`` (GPT-2, Llama, T5, ResNet-18; eager and inductor graphs)
+``budget="min"`` reached the same plan with 25 states as with 800 (T5 eager: 0.653 of the
+reference's peak with 25, 0.641 from 50 on; ``benchmarks/min_planning.py --states``), while
+500 states took 6-10 s on the inductor graphs, whose simulation costs 5-7x the eager one's. The wall-clock share
+(:data:`SEARCH_SHARE`, ``auto``'s :data:`~remat.solvers.auto.AUTO_SEARCH_SHARE`) stays as a
+safety stop under load."""
 
 MIN_SEARCH_STATES = 32
 """The least states the search schedules, however large the graph."""
+
+MAX_SEARCH_STATES = 400
+"""The most states the search schedules, however small the graph: a state costs a fixed part
+too (its graph with fission, its schedule), about 0.7 ms here on a 12-node graph, where
+:data:`SEARCH_WORK` alone would allow 3,333 states (2.5 s)."""
 
 PROGRESS_EVERY = 25
 """The search reports its best state every this many states expanded."""
@@ -422,8 +439,8 @@ def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Lin
 
 def search_states(g: Graph) -> int:
     """The states the search schedules at most on ``g``: :data:`SEARCH_WORK` over its nodes,
-    at least :data:`MIN_SEARCH_STATES`."""
-    return max(MIN_SEARCH_STATES, int(SEARCH_WORK // max(1, len(g))))
+    at least :data:`MIN_SEARCH_STATES`, at most :data:`MAX_SEARCH_STATES`."""
+    return min(MAX_SEARCH_STATES, max(MIN_SEARCH_STATES, int(SEARCH_WORK // max(1, len(g)))))
 
 
 def _reordered(j: Judged, search: Search, objective: Objective, clock: Deadline) -> Judged:
