@@ -51,9 +51,15 @@ MIN_OVERHEAD = 1.0
 """``budget="min"`` without ``max_overhead``: the least memory whose predicted step is at most
 ``1 + MIN_OVERHEAD`` (2x) the reference step's. Unbounded, ``min`` chose staged schedules
 predicted 1.8-3.6x the reference (GPT-2, Llama, T5 quick under the eager compiler) that ran
-8-12x slower than plain ``torch.compile``; the saved sets and the search's plans that reach
-most of the savings are predicted within 1.1-1.3x (benchmarks in BENCHMARKS.md), so a 2x bound
-keeps them and leaves out schedules whose slowdown outweighs what they save. CALIBRATE"""
+up to 8x slower than the plan without a budget (T5's ``chen-greedy``: 5.0x and 8.2x in two
+runs) and 8-12x slower than plain ``torch.compile`` in a user trial. Bounded, the least memory
+stops falling at 1.25x: with ``max_overhead`` 0.05, 0.1, 0.25, 0.5, 1, 2 and 4 the quick
+models' eager graphs reached 0.81, 0.76, 0.70, 0.70, 0.70, 0.70, 0.70 of the reference's peak
+(GPT-2; Llama 0.78 .. 0.65 from 0.25 on; T5 0.76 .. 0.65 from 0.25 on), and only at 4 (5x) a
+staged schedule came in, for 0.1% less (``benchmarks/min_planning.py``). 2x keeps all of that
+with room for larger models, and no staged schedule qualifies under it
+(:data:`~remat.solvers.portfolio.STAGED_PENALTY`). T5 quick's ``min`` plan then measured 1.13x
+the plan without a budget's step (predicted 1.12x) at 0.66 of its peak."""
 
 
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,

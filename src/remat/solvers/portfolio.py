@@ -103,16 +103,17 @@ graphs); their whole grids took 2-8 s each, and were cut by the clock before."""
 STAGED_PENALTY = 2.3
 """A staged schedule's predicted time is multiplied by this before it is held against a time
 bound (``budget="min"``, ``max_overhead``). Measured through the eager compiler
-(``remat.compile(..., compiler="eager")``, ``remat.bench.measure.step_time``, one thread, step
-time over the plan without a budget's): T5 quick's ``chen-greedy`` least-memory schedule
-predicted 3.59x, measured 8.18x (2.3x off); Llama quick's ``chen-sqrtn-linearized`` predicted
-3.13x, measured 2.6x. The cost model's time of a staged schedule is off by up to this factor
-(segments recomputed whole, op by op), and one off this far is what made ``budget="min"`` run
-8-12x slower than plain ``torch.compile`` in a user trial; saved sets (the frontier, the
-descent, the search) measured within 10-25% of their predictions on the same models. Under
-the default bound of ``min`` (:data:`remat.solvers.auto.MIN_OVERHEAD`: 2x) no staged schedule
-can qualify, and the baselines are not run at all (a staged schedule is never faster than the
-fastest saved set)."""
+(``remat.compile(..., compiler="eager")``, ``remat.bench.measure.step_time``, one thread on a
+shared 2-core machine, step time over the plan without a budget's, least-memory schedules):
+T5 quick's ``chen-greedy`` predicted 3.59x, measured 8.18x and 5.01x in two runs;
+``chen-sqrtn-linearized`` predicted 5.30x, measured 6.94x; ``chen-greedy-linearized``
+predicted 1.87x, measured 2.08x; Llama quick's ``chen-sqrtn-linearized`` predicted 3.13x,
+measured 2.5-2.6x. The cost model's time of a staged schedule is off by up to 2.3x, either
+way, on this noisy machine; a saved set's was close (T5 quick's ``min`` plan from the search:
+predicted 1.12x, measured 1.13x). Under the default bound of ``min``
+(:data:`remat.solvers.auto.MIN_OVERHEAD`: 2x) no staged schedule can qualify, and the
+baselines are not run at all (a staged schedule is never faster than the fastest saved
+set)."""
 
 
 def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = None,
