@@ -16,6 +16,8 @@ for plain torch.compile and ``remat.compile(compiler="eager")``, no kernel codeg
   step-time ratio (each compile through a backend object of its own, so that no method runs
   code dynamo compiled for another);
 - ``eager``: plain autograd (for scale);
+- ``no-recompute``: ``remat.compile(model, solver="no-recompute")``, the gradient reference of
+  remat's rows (remat's pipeline draws dropout masks its own way);
 - ``remat``: ``remat.compile(model, cache=False)`` at no budget, at each of ``--budgets``, at
   ``budget="min"`` and at ``max_overhead=0.1``; remat's warnings are recorded (``warned``) and
   an exception is a row (``refused: ...``, ``error: ...``), not the end of the run;
@@ -28,8 +30,9 @@ the reference's, remat's ``predicted`` fraction (its plans), step-time ratio to 
 (one alternating loop, median [min, max] of per-round ratios), ``plan s`` (remat:
 ``plan.solve_seconds`` summed; knob and reference: seconds in
 ``min_cut_rematerialization_partition``), ``compile s`` (first step minus a steady one), and the
-gradient checks: max |g - g_ref| / max |g_ref| against eager autograd and against the reference
-(same seed: compiled code draws its dropout masks differently from eager autograd, so for
+gradient checks: max |g - g_ref| / max |g_ref| against eager autograd and against a reference
+with the same random draws (no-recompute for remat's rows, torch.compile for the others; every
+step seeded: compiled code draws its dropout masks differently from eager autograd, so for
 models with dropout the second is the comparison), and ``fd``: the method's gradient against
 its own forward along random unit directions (central differences, every forward seeded).
 Plans are not served from remat's cache and inductor's FX-graph and AOTAutograd caches are off.
@@ -161,7 +164,7 @@ def run(args):
         meta["descriptions"][name] = case.description
         print()
         print(budgets.table(model_rows))
-        print()
+        print(f"\n({budgets.LEGEND})\n")
         lines = budgets.checks(model_rows)
         print("\n".join(lines))
         summary += [f"{name} {line[2:]}" for line in lines]

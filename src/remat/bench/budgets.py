@@ -9,6 +9,8 @@ weights and inputs, through the same compiler:
   ``torch.compile(model, backend="aot_eager_decomp_partition")`` (``compiler="eager"``:
   AOTAutograd with inductor's decompositions and PyTorch's min-cut partition, no codegen);
 - ``eager``: plain autograd, for scale;
+- ``no-recompute``: ``remat.compile(model, solver="no-recompute")`` (PyTorch's
+  ``default_partition`` in remat's pipeline): the gradient reference of remat's rows;
 - ``remat`` at no budget, at each fraction asked for, at ``budget="min"`` and at
   ``max_overhead=0.1``: ``remat.compile(model, compiler=..., cache=False, ...)``. Warnings
   from remat (any category of remat's) are recorded in ``warned``; an exception gives a row
@@ -28,9 +30,11 @@ included); and two gradient checks after the first step (every step is seeded, s
 draws the same masks in every call of a method):
 
 - ``grad_eager`` / ``grad_ref``: max |g - g_ref| over the parameters, divided by max |g_ref|,
-  against plain eager autograd and against the reference (compiled code draws its random
-  masks differently from eager autograd: for models with dropout ``grad_eager`` is large for
-  every compiled method and ``grad_ref`` is the comparison);
+  against plain eager autograd and against a reference that draws the same random masks
+  (:func:`gradient_reference`: ``no-recompute`` for remat's rows, ``torch.compile`` for the
+  others). Compiled code draws its dropout masks differently from eager autograd, and remat's
+  pipeline differently from plain torch.compile: for models with dropout ``grad_eager`` is
+  large for every compiled method and ``grad_ref`` is the comparison;
 - ``fd``: the method's gradient against its own forward: for fixed random unit directions
   d (one generator for every method), |(L(θ+εd) - L(θ-εd))/2ε - g·d| / max(|that|, |g·d|),
   the largest over the directions, each the least over two steps ε (``fd_step`` and 4x it,
@@ -62,6 +66,7 @@ from remat.bench.measure import error_status, free_memory, peak_memory, step_tim
 from remat.zoo.trials import Case
 
 REFERENCE = "torch.compile"
+NO_RECOMPUTE = "no-recompute"  # remat.compile(solver="no-recompute"): remat's rows' gradient reference
 PEAK_TOL = 0.01  # a measured fraction within 1% of the one asked for counts as within it
 FD_TOL = 0.01  # the directional check's error that counts as agreeing with the forward
 SEED = 3  # every step's generator seed (dropout masks)
@@ -103,7 +108,8 @@ def install_clocks() -> None:
 
 @dataclass(frozen=True)
 class Method:
-    """One row's method: ``kind`` (``torch.compile``, ``eager``, ``remat``, ``knob``), its
+    """One row's method: ``kind`` (``torch.compile``, ``eager``, ``no-recompute``, ``remat``,
+    ``knob``), its
     budget label, the fraction asked for (None: no fraction) and remat's keyword arguments."""
 
     kind: str
@@ -118,6 +124,7 @@ def methods(budgets: list[float], knob_budgets: list[float], *, eager: bool = Tr
     out = [Method(REFERENCE, "-")]
     if eager:
         out.append(Method("eager", "-"))
+    out.append(Method(NO_RECOMPUTE, "-", None, (("solver", "no-recompute"),)))
     out.append(Method("remat", "none"))
     out += [Method("remat", f"{b:g}", b, (("budget", b),)) for b in budgets]
     if least:
@@ -159,7 +166,7 @@ def knob(budget: float):
 @dataclass
 class Row:
     model: str
-    method: str  # torch.compile, eager, remat, knob
+    method: str  # torch.compile, eager, no-recompute, remat, knob
     budget: str  # "-", "none", "min", "overhead 0.1", or the fraction asked for
     asked: float | None = None  # the fraction asked for
     status: str = "ok"  # ok, refused: ..., error: ...
@@ -177,7 +184,7 @@ class Row:
     graphs: int | None = None  # remat: graphs planned
     solvers: list[str] = field(default_factory=list)
     grad_eager: float | None = None  # max |g - g_eager| / max |g_eager|
-    grad_ref: float | None = None  # max |g - g_ref| / max |g_ref|
+    grad_ref: float | None = None  # max |g - g_ref| / max |g_ref|, g_ref: the same compiler's, same draws
     fd: float | None = None  # directional check against the method's own forward
     note: str = ""
 
@@ -296,8 +303,10 @@ class Measured:
     model: Any = None
 
 
-def measure(case: Case, m: Method, s: Settings, eager_grads: list, ref_grads: list, dirs: list) -> Measured:
-    """Compile one method on a copy of ``case``, check its gradients, measure its peak."""
+def measure(case: Case, m: Method, s: Settings, refs: dict, dirs: list) -> Measured:
+    """Compile one method on a copy of ``case``, check its gradients, measure its peak.
+    ``refs``: reference gradients by method (``eager``; the reference's and no-recompute's are
+    added when their rows run)."""
     import remat
 
     row = Row(case.name, m.kind, m.budget, m.asked)
@@ -331,15 +340,15 @@ def measure(case: Case, m: Method, s: Settings, eager_grads: list, ref_grads: li
                 torch.cuda.synchronize()
             first = time.perf_counter() - t0
             if m.kind != "eager":
-                row.plan_s = float(sum(p.solve_seconds for p in plans)) if m.kind == "remat" \
+                row.plan_s = float(sum(p.solve_seconds for p in plans)) if m.kind in ("remat", NO_RECOMPUTE) \
                     else CLOCK["torch_partition"]
-            row.graphs = len(plans) if m.kind == "remat" else None
+            row.graphs = len(plans) if m.kind in ("remat", NO_RECOMPUTE) else None
             row.solvers = list(dict.fromkeys(p.solver for p in plans))
             row.predicted = predicted_fraction(plans)
-            row.grad_eager = grad_rel_err(model, eager_grads)
-            row.grad_ref = grad_rel_err(model, ref_grads) if m.kind != REFERENCE else 0.0
-            if m.kind == REFERENCE:
-                ref_grads[:] = grads_of(model)
+            if m.kind in (REFERENCE, NO_RECOMPUTE):
+                refs[m.kind] = grads_of(model)
+            row.grad_eager = grad_rel_err(model, refs.get("eager", []))
+            row.grad_ref = grad_rel_err(model, refs.get(gradient_reference(m.kind), []))
             if dirs:
                 row.fd = directional_error(fn, model, inputs, dirs, s.fd_step, s.seed)
             n_plans = len(plans)
@@ -358,6 +367,15 @@ def measure(case: Case, m: Method, s: Settings, eager_grads: list, ref_grads: li
             row.note = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-1500:]
         row.warned = _remat_warnings(caught)
     return out
+
+
+def gradient_reference(kind: str) -> str:
+    """Whose gradients a method's are compared with, beside eager autograd's: one that draws the
+    same random masks. remat's pipeline draws them its own way (the same in every plan of
+    remat's, no-recompute's included), plain torch.compile and the knob theirs."""
+    if kind == REFERENCE:
+        return REFERENCE
+    return NO_RECOMPUTE if kind in ("remat", NO_RECOMPUTE) else REFERENCE
 
 
 def predicted_fraction(plans: list) -> float | None:
@@ -386,14 +404,13 @@ def run_model(case: Case, ms: list[Method], s: Settings, repeats: int = 5,
     """Every method on ``case``, then one alternating timing loop; rows in ``ms``'s order."""
     ref = copy.deepcopy(case.model)
     seeded_step(ref, ref, copy_inputs(case.inputs), s.seed)()
-    eager_grads = grads_of(ref)
+    refs = {"eager": grads_of(ref)}
     del ref
     dirs = directions(case.model, s.fd_directions) if s.fd_directions else []
-    ref_grads: list = []
     done: list[Measured] = []
     for m in ms:
         t0 = time.perf_counter()
-        v = measure(case, m, s, eager_grads, ref_grads, dirs)
+        v = measure(case, m, s, refs, dirs)
         done.append(v)
         r = v.row
         peak = f"{r.peak_bytes / MiB:.2f} MiB" if r.peak_bytes is not None else "-"
@@ -434,7 +451,11 @@ def run_model(case: Case, ms: list[Method], s: Settings, repeats: int = 5,
 # -- report --------------------------------------------------------------------------------------
 
 COLUMNS = ("method", "budget", "status", "warned", "peak MiB", "fraction", "predicted", "step ratio [min, max]",
-           "plan s", "compile s", "grad vs eager", "grad vs torch.compile", "fd check", "note")
+           "plan s", "compile s", "grad vs eager", "grad vs ref", "fd check", "note")
+LEGEND = ("fraction: measured peak above the step's start / torch.compile's; grad vs eager / vs ref: "
+          "max |g - g_ref| / max |g_ref| after one seeded step, ref: remat.compile(solver='no-recompute') for "
+          "remat's rows, torch.compile for the others (same random draws); fd check: the gradient against "
+          "the method's own forward along random directions (central differences)")
 
 
 def table(rows: list[Row]) -> str:
@@ -446,7 +467,7 @@ def table(rows: list[Row]) -> str:
             status += f" (smallest {r.smallest_feasible:.3f})"
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f} [{r.ratio_min:.2f}, {r.ratio_max:.2f}]"
         warned = ", ".join(dict.fromkeys(w.split(":")[0] for w in r.warned.split("; ") if w)) or ""
-        note = ",".join(r.solvers) if r.method == "remat" else ""
+        note = ",".join(r.solvers) if r.method in ("remat", NO_RECOMPUTE) else ""
         if r.note and r.status == "ok":
             note = "; ".join(x for x in (note, r.note[:100]) if x)
         out.append("| " + " | ".join((
