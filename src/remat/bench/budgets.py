@@ -513,8 +513,9 @@ def checks(rows: list[Row]) -> list[str]:
         lines.append("- remat's least <= the knob's least: not measured")
     eager_fd = next((r.fd for r in rows if r.method == "eager" and r.fd is not None), None)
     bad = [f"{r.method} {r.budget} {r.fd:.2g}" for r in rows if r.fd is not None and r.fd > FD_TOL]
+    verdict = "not measured" if all(r.fd is None for r in rows) else ("yes" if not bad else "NO: " + ", ".join(bad))
     lines.append(f"- gradient agrees with its own forward (directional check <= {FD_TOL}; eager "
-                 f"{fmt(eager_fd, '{:.1e}')}): " + ("yes" if not bad else "NO: " + ", ".join(bad)))
+                 f"{fmt(eager_fd, '{:.1e}')}): {verdict}")
     return lines
 
 
