@@ -12,7 +12,7 @@ These shares are safety stops. The stages that search stop first on work, a coun
 from the graph's size, so that planning one graph with one set of options gives one plan on
 an idle machine (``budget="min"`` used to exceed a byte budget in one run and meet it in
 the next): the peak descent (:func:`remat.solvers.descent.descent_trials` moves), the staged
-baselines that search (:data:`remat.solvers.portfolio.STAGED_EVALUATIONS` schedules each) and
+baselines that search (:func:`remat.solvers.portfolio.staged_evaluations` schedules each) and
 MAGIS's search (:func:`remat.solvers.magis.search.search_states` states). Stops still on the
 clock alone: the frontier's (it ends on its own first, a few max-flows), the re-ordering of
 the search's best schedule (a DP that ends well within its share on the zoo's graphs),

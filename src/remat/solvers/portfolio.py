@@ -37,7 +37,7 @@ staged baselines are skipped when none of them could qualify.
 
 The stages stop on work, not time, where they search: the descent after
 :func:`~remat.solvers.descent.descent_trials` moves, each searching baseline after
-:data:`STAGED_EVALUATIONS` schedules; their shares of one scale, within the call's time limit
+:func:`staged_evaluations` schedules; their shares of one scale, within the call's time limit
 (:mod:`remat.solvers.deadline`), stay as safety stops under load. The frontier stops after its
 vertices (or the clock), Checkmate's MILP and offloading's swap pass on the clock.
 
@@ -93,12 +93,16 @@ MILP_MAX_NODES = 400
 """Checkmate's MILP joins the portfolio only on graphs this small: on GPT-2 small (2,000
 nodes) HiGHS spends a minute without a first schedule."""
 
-STAGED_EVALUATIONS = 16
+STAGED_WORK = 6_000_000
 """The deterministic stop of the staged baselines that search (Chen's greedy, REVOLVE): each
-evaluates at most this many distinct schedules of its grid, sampled coarse to fine (their
-``evaluations`` option), so that they finish within :data:`STAGED_SHARE`, which stays as the
-safety stop under load. With 16, each took 0.4-1.0 s on GPT-2 default, Llama and T5 quick (eager
-graphs); their whole grids took 2-8 s each, and were cut by the clock before."""
+evaluates at most this many schedules times the graph's nodes squared (a staged schedule has
+a statement per stage and ancestor: 20 ms per schedule on GPT-2 quick's 410 nodes, 62 ms on
+T5 quick's 674), between 16 and 64 schedules (:func:`staged_evaluations`; their
+``evaluations`` option), sampled coarse to fine, so that they finish within
+:data:`STAGED_SHARE`, which stays as the safety stop under load: 35 schedules on GPT-2 quick,
+where ``chen-greedy-linearized`` needs 32 to reach the least peak its whole grid (300 points,
+3.2 s) reaches; 16 on T5 quick (about 1 s per baseline). Their whole grids took 2-8 s each on
+these graphs, and were cut by the clock before."""
 
 STAGED_PENALTY = 2.3
 """A staged schedule's predicted time is multiplied by this before it is held against a time
@@ -189,6 +193,12 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     return _done(best, plans, t0, points)
 
 
+def staged_evaluations(g: Graph) -> int:
+    """The schedules each searching staged baseline evaluates at most on ``g``
+    (:data:`STAGED_WORK`)."""
+    return min(64, max(16, int(STAGED_WORK // max(1, len(g)) ** 2)))
+
+
 def _bounded(valid: list[Plan], base: Plan, within: float | None) -> list[Plan]:
     """The plans ``budget=0`` chooses among: all of ``valid`` without a bound; with one
     (``within`` seconds), those no larger than ``base`` (the plan without a budget) and
@@ -210,7 +220,7 @@ def bounded_seconds(p: Plan) -> float:
 
 def _baselines(g: Graph, cm: CostModel, staged: Deadline, limit: int | None, attempt) -> None:
     """The :data:`STAGED_BASELINES` in order, within ``staged``: the ones that search evaluate
-    :data:`STAGED_EVALUATIONS` schedules each (the deterministic stop) and share the time evenly (the
+    :func:`staged_evaluations` schedules each (the deterministic stop) and share the time evenly (the
     safety stop: each stops at its best)."""
     searching = [n for n in STAGED_BASELINES if n not in FIXED]
     for name in STAGED_BASELINES:
@@ -221,7 +231,7 @@ def _baselines(g: Graph, cm: CostModel, staged: Deadline, limit: int | None, att
         options = {}
         if name in searching:
             share = None if share is None else share / (len(searching) - searching.index(name))
-            options["evaluations"] = STAGED_EVALUATIONS
+            options["evaluations"] = staged_evaluations(g)
         attempt(name, lambda name=name, share=share, options=options: BASELINES[name](
             g, limit or 0, cost_model=cm, time_limit=share, **options))
 
