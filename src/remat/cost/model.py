@@ -83,6 +83,21 @@ def profile_for_graph(g: Graph) -> DeviceProfile:
     return GPU_PROFILES[("A100", kind)]
 
 
+EAGER_TEMPORARIES = {
+    # inductor's fma(a, b, c) runs as (a * b) + c: a product of the output's size (a softmax
+    # backward's; T5 quick for 0.5 measured 232,960 bytes, 5.4%, over its prediction there)
+    "fma.default": lambda g, n: int(n.bytes),
+    # _unsafe_masked_index_put_accumulate(x, mask, indices, values) masks the values and clamps
+    # the indices into copies before it scatters (an embedding's backward: 133,120 bytes
+    # beside T5 quick's 131,072 of values and 2,048 of indices)
+    "_unsafe_masked_index_put_accumulate.default": lambda g, n: sum(int(g[v].bytes) for v in n.inputs[2:]),
+}
+"""Transient bytes of ops that run as several ATen calls op by op (remat's eager compiler runs
+inductor's decompositions without fusing them): ``op -> f(graph, node)``. Inductor computes
+them in one kernel. Measured per op with the profiler's allocation records
+(``benchmarks/peak_fidelity.py``)."""
+
+
 @dataclass(frozen=True)
 class CostModel:
     """``fused_memory``: the step runs through a fusing compiler (inductor), whose kernels keep
@@ -103,8 +118,9 @@ class CostModel:
         device (``meta["workspace"]``, :mod:`remat.capture.workspace`) or else the device
         profile's formula, and the outputs of a multi-output op (a tuple holds no storage
         of its own; its items are counted when their getitems run, but the op allocates
-        them all while it runs)."""
-        return g._derived(("workspace", self.device), self._workspace)
+        them all while it runs). Op by op (without ``fused_memory``), also the temporaries of
+        ops that run as several ATen calls there (:data:`EAGER_TEMPORARIES`)."""
+        return g._derived(("workspace", self.device, self.fused_memory), self._workspace)
 
     def _workspace(self, g: Graph) -> list[int]:
         f = self.device.conv_workspace
@@ -113,6 +129,8 @@ class CostModel:
         for i, n in enumerate(g.nodes):
             if n.meta and "workspace" in n.meta:
                 out[i] += int(n.meta["workspace"])
+            elif not self.fused_memory and n.op in EAGER_TEMPORARIES:
+                out[i] += EAGER_TEMPORARIES[n.op](g, n)
             elif f and n.op.startswith("convolution"):
                 # oneDNN reorders the operands to its blocked layouts: the activations
                 # (grad_output and input in the backward), or the weight when it is larger

@@ -22,7 +22,7 @@ def free(r: Replay, k: int, st: Statement, i: int) -> None:
         for h in r.held[i]:
             r.release(h)
         r.held[i] = ()
-        if r.counted[i]:
+        if r.counted[i] and not r.root[i]:  # a loss's gradient stays to the end (.tuples)
             r.release(r.owner[i])
         for h in r.tuple_held[i]:  # a tuple: the items it still holds (.tuples)
             r.release(h)

@@ -24,7 +24,7 @@ from ..schedule import Schedule, dropped_outputs, kept_to_end, never_recomputed
 from .fusion import allocations
 from .inplace import donor_ok, dying, reordered
 from .layout import layout_copies
-from .tuples import items_of, tuple_workspace
+from .tuples import items_of, root_tangents, tuple_workspace
 from .result import MAX_ERRORS
 
 
@@ -45,6 +45,7 @@ class Replay:
         self.work = tuple_workspace(g, cm)  # transient bytes while an op runs
         self.items = items_of(g)  # a tuple's items: allocated when the tuple's op runs (.tuples)
         self.tuple_held: list = [()] * a.n  # item storages a resident tuple still holds
+        self.root = root_tangents(g)  # a loss's gradient: held by autograd to the step's end
         self.fusible = a.fusible.tolist()
         self.raw = a.bytes.tolist()  # traffic moves a view's own bytes; memory counts storages
         self.forward = a.forward.tolist()

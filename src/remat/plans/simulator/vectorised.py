@@ -32,7 +32,7 @@ from ...graph.graph import Graph
 from ..schedule import (Schedule, codes_of, dropped_outputs, gc_paused, kept_to_end, never_recomputed, required_nodes,
                         statement_codes)
 from .layout import layout_sizes
-from .tuples import items_of, tuple_workspace
+from .tuples import items_of, root_tangents, tuple_workspace
 from .result import SimResult
 
 
@@ -130,6 +130,9 @@ def _memory(g: Graph, cm: CostModel, node, is_free, comp_k, comp_i, n_st: int):
     owner, sizes = _storage_arrays(g)
     o = owner[node]
     delta = np.where(is_free, -1, 1)
+    roots = g._derived(("vectorised", "root_tangents"), lambda g: np.asarray(root_tangents(g), dtype=bool))
+    if roots.any():  # a loss's gradient: held by autograd to the step's end (.tuples)
+        delta[is_free & roots[node]] = 0
     at_k = np.arange(n_st, dtype=np.int64)
     extra = _tuple_events(g, node, is_free)
     if extra is not None:  # a tuple holds its items from its compute to its free (.tuples)
@@ -262,7 +265,7 @@ def _storage_arrays(g: Graph):
 
 
 def _workspace(g: Graph, cm: CostModel) -> np.ndarray:
-    return g._derived(("vectorised", "workspace", cm.device),
+    return g._derived(("vectorised", "workspace", cm.device, cm.fused_memory),
                       lambda g: np.asarray(tuple_workspace(g, cm), dtype=np.int64))
 
 
