@@ -32,7 +32,7 @@ from remat.solvers.magis import search  # noqa: E402
 from remat.zoo.trials import budget_case  # noqa: E402
 
 MODELS = ("gpt2", "llama", "t5", "resnet18")
-ASKS = {"min": {"budget": "min"}, "overhead=0.10": {"max_overhead": 0.10}}
+ASKS = {"default": {}, "min": {"budget": "min"}, "overhead=0.10": {"max_overhead": 0.10}}
 
 
 def arguments(ap) -> None:
