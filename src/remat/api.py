@@ -48,9 +48,11 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     - ``budget``: the peak memory of each step: a fraction of plain ``torch.compile``'s
       activation memory (``0.6``: the step's peak above its inputs and parameters, gradients
       included, within 60% of what PyTorch's own partition peaks at), bytes for the whole step
-      (``"6GiB"``, ``6e9``), or ``"min"`` (the least memory remat reaches). Shared among the
-      graphs of a step in the order they run (:mod:`remat.plans.step`). A fraction is a target:
-      where no plan reaches it, the step runs at the least memory remat finds, with one
+      (``"6GiB"``, ``6e9``), or ``"min"`` (the least memory remat finds with the step predicted
+      at most 2x plain ``torch.compile``'s; ``max_overhead`` sets another bound). Shared among
+      the graphs of a step in the order they run (:mod:`remat.plans.step`). A fraction is a
+      target: where no plan reaches it, the step runs at the least memory remat found trying
+      (whatever the time), with one
       :class:`remat.RematBudgetWarning` naming the fraction reached and why it cannot go lower
       (``strict=True`` raises :class:`remat.InfeasibleBudgetError` instead). A byte budget is a
       guarantee: one nothing fits raises :class:`remat.InfeasibleBudgetError`, naming the

@@ -12,7 +12,6 @@ a plan remat could not check.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import warnings
 from pathlib import Path
@@ -36,7 +35,7 @@ from ..solvers.request import Request
 from ..plans.plan import Plan
 from ..solvers import info
 from ..solvers.feasible import staged_schedules_run_as_planned
-from ..solvers.progress import shown
+from ..solvers.progress import delayed, shown  # delayed: stages on stderr once planning takes > 2 s
 from ..solvers.mincut import cut_cost
 from ..plans.schedule import Schedule
 from ..capture.link import link_for_device
@@ -191,8 +190,6 @@ class RematPartitioner(CustomPartitionerFn):
         req = self._solver_for(graph, o.request)  # the request made once at the API
 
         def solve_within(budget, headroom):
-            from ..solvers.progress import delayed  # stages on stderr once planning takes > 2 s
-
             title = f"remat: planning {graph.name} ({len(graph)} nodes)"
             with shown(title) if o.verbose else delayed(title):
                 return cached_solve(graph, req.within(budget, headroom), cache=o.cache)
@@ -202,7 +199,7 @@ class RematPartitioner(CustomPartitionerFn):
         except InfeasibleBudgetError as e:
             if step.may_refuse(graph):
                 raise  # a byte budget's first graph (or a fraction under strict=True)
-            plan = solve_within(Budget.least(), 0.0)
+            plan = _least_found(e) or solve_within(Budget.least(), 0.0)
             if step.refuse_later(graph, e):  # the step's forward decides (StepBudget.verdict)
                 step.floors.append(floor(graph, plan))
             elif o.budget.kind == "fraction" and len(step.graphs) == 0:
@@ -297,6 +294,21 @@ class RematPartitioner(CustomPartitionerFn):
             plan.details["transfers"] = torch_offload.offload_transfers(fw)  # torch-offload's copies
             self._report(plan)
         return fw, bw
+
+
+def _least_found(e: InfeasibleBudgetError) -> Plan | None:
+    """The plan of least peak the solve that missed the budget found, as the plan to run
+    (feasible at its own peak), or None where it has no valid schedule. It searched for
+    memory down to the budget whatever the time, so it is at least as small as what a
+    larger budget gets; ``"min"``, solved again, would be the least within a bounded
+    slowdown (:data:`remat.solvers.auto.MIN_OVERHEAD`), and may be larger."""
+    p = e.plan
+    if p is None or p.statements is None or p.peak_bytes is None or p.status == "invalid" \
+            or p.sim is None or not p.sim.valid:
+        return None
+    return p.updated(status="feasible", feasible=True, budget=p.peak_bytes, message="",
+                     options={"budget_bytes": p.peak_bytes, "planned_bytes": p.peak_bytes},
+                     details={"solver_status": p.status, "missed_budget": p.budget})
 
 
 def _warn_once(text: str, category: type[Warning] = RematFallbackWarning) -> None:

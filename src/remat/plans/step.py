@@ -219,7 +219,7 @@ def floor(g: Graph, plan) -> str:
     statements = plan.statements or []
     peak_at = getattr(plan.sim, "peak_statement", -1) if plan.sim is not None else -1
     if 0 <= peak_at < len(statements):
-        node = g[statements[peak_at].node]
+        node = (plan.graph or g)[statements[peak_at].node]  # a plan with fissions: the split graph's
         where = f" in the {'forward' if node.is_forward else 'backward'} (at {node.name})"
     grads = int(sum(int(a.bytes[i]) for i in range(a.n) if a.is_output[i] and not a.forward[i]))
     big = max((n for n in nodes if not n.is_primal and n.role != "tangent"), key=lambda n: n.bytes, default=None)
