@@ -183,6 +183,10 @@ def test_plan_with_a_budget_uses_compile_s_planner_headroom_and_error(tmp_path, 
     out = json.loads(capsys.readouterr().out)
     assert out["feasible"] and out["peak_bytes"] <= out["budget"] == out["options"]["budget_bytes"]
     assert out["options"]["planned_bytes"] == out["options"]["budget_bytes"]  # a fraction: no headroom
+    # min with a time bound, as remat.compile(budget="min", max_overhead=...) takes them
+    assert main(["plan", str(path), "--budget", "min", "--max-overhead", "0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["feasible"] and out["options"]["budget"] == "min"
     assert main(["plan", str(path), "--budget", "36KiB", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["options"]["planned_bytes"] == int(36 * 1024 * 0.99)  # remat.compile's TORCH_HEADROOM

@@ -8,7 +8,8 @@ which :meth:`remat.Plan.from_dict` reads back, with the schedule's ``offload``/`
 statements for the swapping solvers (``--solver swap`` or ``swap-recompute``; ``--bandwidth``
 sets their link); ``--plot PNG`` draws the plan's device memory and copy stream over time.
 ``--max-overhead 0.10`` asks instead of a budget for the least memory within 10% more time
-(MAGIS's search; solvers ``auto`` and ``magis``); a plan with fissions lists them.
+(MAGIS's search; solvers ``auto`` and ``magis``), as does ``--budget min --max-overhead 0.10``
+(``--budget min`` alone: within 2x); a plan with fissions lists them.
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ def run(args) -> int:
         with shown(f"planning {graph.name} ({len(graph)} nodes) with {args.solver}", plain=False):
             options = _link_options(graph, args)
             if args.max_overhead is not None:
-                if budget is not None:
-                    raise OptionError("give --budget or --max-overhead, not both")
+                if budget is not None and budget.kind != "min":
+                    raise OptionError("give --budget (least time within a memory bound) or "
+                                      "--max-overhead (least memory within a time bound), not both; "
+                                      "--budget min --max-overhead X: the least memory within X")
                 options["max_overhead"] = args.max_overhead
             plan = solve(graph, args.solver, budget=budget, time_limit=time_limit,
                          headroom=TORCH_HEADROOM, **options)
