@@ -334,7 +334,9 @@ def test_resnet18_s_least_memory_plan_goes_below_the_knob_s_and_measures_what_it
     prediction. On two threads inductor calls ATen's scatter-add for the max-pool backward,
     copying its index and source out of their channels-last storages into buffers of their
     own and allocating its output with the kernel before it: the least-memory plan measured
-    13.8% above its prediction until the simulator knew (:mod:`remat.capture.layouts`)."""
+    13.8% above its prediction until the simulator knew (:mod:`remat.capture.layouts`).
+    Fractions are of plain torch.compile's activation memory since issue 30 (0.88 of the
+    no-recompute partition's on this model): the knob's 0.68 is 0.77 of it, 0.75 is 0.85."""
     # each thread count in a process of its own: the second of two in one process measured
     # 0.99 (or 22% below its prediction) on this machine, with the code before issue 11 too
     import subprocess
@@ -342,7 +344,7 @@ def test_resnet18_s_least_memory_plan_goes_below_the_knob_s_and_measures_what_it
     from pathlib import Path
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import torch; "
             f"torch.set_num_threads({threads}); import test_plan_order as t; "
-            f"t._resnet18_least_memory(below={0.68 if threads == 1 else 0.75})")
+            f"t._resnet18_least_memory(below={0.77 if threads == 1 else 0.85})")
     env = {**os.environ, "REMAT_CACHE_DIR": "off"}  # compiled graphs uncached (conftest), kernels cached
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
