@@ -50,6 +50,7 @@ from .fusion import FAR, HEAVY_OPS, REALIZE_READS, allocations as _allocations
 from .replay import replay
 from .result import SimResult
 from .state import Replay
+from .torch_order import TORCH_PARTITIONS, in_inductor_order
 from .vectorised import vectorised
 
 __all__ = ["FAR", "HEAVY_OPS", "REALIZE_READS", "SimResult", "simulate"]
@@ -58,7 +59,9 @@ __all__ = ["FAR", "HEAVY_OPS", "REALIZE_READS", "SimResult", "simulate"]
 def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
              timeline: bool = True, kernel_groups: bool = True, link: Link | None = None) -> SimResult:
     """Replay ``schedule`` on its graph; see the module docstring for the rules.
-    ``kernel_groups=False`` frees values where the schedule says even in a CPU kernel group
+    A partition of PyTorch's partitioners (``schedule.meta["solver"]``: ``torch-mincut``, ...)
+    under a fusing compiler is judged in inductor's order (:mod:`.torch_order`; statement
+    indices then refer to that order). ``kernel_groups=False`` frees values where the schedule says even in a CPU kernel group
     (see below): for a partition inductor compiles in its own order. ``link``: the host link
     offloads and reloads use (:func:`remat.cost.transfer.link_for_graph` by default).
 
@@ -78,6 +81,8 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
     end."""
     g: Graph = schedule.graph
     cm = cost_model or default_cost_model(g)
+    if cm.fused_memory and (schedule.meta or {}).get("solver") in TORCH_PARTITIONS:
+        schedule = in_inductor_order(schedule)  # compiled as inductor would (.torch_order)
     if not cm.fused_memory:
         fast = vectorised(schedule, cm, timeline=timeline)
         if fast is not None:  # None: copies, or a problem the replay names
