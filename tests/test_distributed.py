@@ -37,7 +37,7 @@ RTOL, ATOL = 1e-5, 1e-6
 
 FAST = ["ddp:eager:auto", "fsdp:eager:auto", "tp:eager:auto", "tp:eager:mincut-aggressive",
         "dtensor:eager:auto"]
-BUDGETED = ["ddp:eager:auto:0.8", "ddp:eager:auto:1.0", "fsdp:eager:auto:0.8", "fsdp:eager:auto:1.0",
+BUDGETED = ["ddp:eager:auto:min", "ddp:eager:auto:1.0", "fsdp:eager:auto:0.8", "fsdp:eager:auto:1.0",
             "tp:eager:auto:1.0"]
 INDUCTOR = ["fsdp:inductor:auto"]
 

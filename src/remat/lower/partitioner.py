@@ -211,6 +211,8 @@ class RematPartitioner(CustomPartitionerFn):
                     f"its least memory, {format_bytes(plan.peak_bytes)}, and the graphs after it get "
                     f"{format_bytes(max(0, plan.peak_bytes - share))} less ({e.args[0][:200]})",
                     RematBudgetWarning, stacklevel=2)
+        if o.budget is not None and o.budget.kind == "fraction" and plan.feasible and step.followed(graph):
+            plan = self._leave_shares(graph, plan, share, solve_within)
         if split is not None and plan.fissions:
             try:
                 joint, plan = split(plan)
@@ -227,6 +229,27 @@ class RematPartitioner(CustomPartitionerFn):
         step.planned(graph, plan.saved_activation_bytes, plan.peak_bytes)
         self._warn_if_staged(graph)
         return joint, plan
+
+    def _leave_shares(self, graph, plan: Plan, share: int, solve_within) -> Plan:
+        """A graph of a step of several, planned within its share of a fraction, whose plan
+        saves more than its share of the reference's saved bytes (what the graphs after it
+        hold: :meth:`~remat.plans.step.StepBudget.excess_saved`): planned again within its
+        share less that excess, which leads the solvers to save less, at most twice; the plan
+        that leaves the later graphs most is kept. A DDP step's second bucket at budget 1.0
+        had saved 526 KB where PyTorch's partition saves 364 KB, and the step reached 1.08."""
+        step = self.step
+        for _ in range(2):
+            over = step.excess_saved(graph, plan.saved_activation_bytes)
+            if over <= 0:
+                break
+            try:
+                tighter = solve_within(Budget.of_bytes(max(1, share - over)), 0.0)
+            except InfeasibleBudgetError:
+                break
+            if step.excess_saved(graph, tighter.saved_activation_bytes) >= over:
+                break
+            plan = tighter
+        return plan
 
     def _solver_for(self, graph, req: Request) -> Request:
         """The request asked for, or one for ``auto`` where its solver offloads by design and

@@ -119,6 +119,24 @@ class StepBudget:
         outside = max(0, self.model_bytes - own_param_bytes) * 2  # parameters and gradients
         return int(b.value) - held - outside - self.kept_gradients
 
+    def excess_saved(self, g: Graph, saved_bytes: int) -> int:
+        """For a fraction: how many bytes more than its share of the reference's saved bytes
+        ``g``'s plan would leave the graphs after it holding (``f * sum_{j<=k} ref_saved_j``
+        less what the graphs before it saved); 0 or less when it leaves them their shares. A
+        plan may peak within its share yet save more than plain torch.compile's partition
+        does (the conservative min cut saves what it need not recompute), which takes memory
+        from every later graph of the step."""
+        if self.budget is None or self.budget.kind != "fraction":
+            return 0
+        held = sum(p.saved for p in self.graphs)
+        ref = sum(p.ref_saved for p in self.graphs) + reference_saved_bytes(g)
+        return int(saved_bytes - (self.budget.value * ref - held))
+
+    def followed(self, g: Graph) -> bool:
+        """Whether other graphs of the step are known to follow ``g`` or precede it (so that
+        what it saves matters to them): a DDP bucket, or a graph after the step's first."""
+        return bool(self.graphs) or _is_bucket(g.name)
+
     def planned(self, g: Graph, saved_bytes: int, peak_bytes: int | None = None) -> None:
         """Record that ``g``'s plan saves ``saved_bytes`` for its backward and peaks at
         ``peak_bytes`` (its own accounting)."""
@@ -251,12 +269,14 @@ def reference_saved_bytes(g: Graph) -> int:
     else every value the forward computes that something outside the forward reads (a
     backward node, or a forward node only the backward needs); inputs and parameters are
     resident anyway, each storage counts once."""
+    saved = reference_saved(g)
+    if saved is not None:  # counted as a plan counts what it saves (Plan.saved_activation_bytes)
+        from .plan import Plan
+
+        return int(g._derived(("reference_saved_bytes", tuple(saved)),
+                              lambda g: Plan.from_saved_set(g, list(saved), solver="torch-mincut").saved_activation_bytes))
     a = g._arrays
     owner, sizes = storage(g)
-    saved = reference_saved(g)
-    if saved is not None:
-        held = {owner[g.index(s)] for s in saved if not a.primal[g.index(s)]}
-        return int(sum(sizes[o] for o in held))
     req = required_forward(g)
     ptr, users = a.user_lists
     held = {owner[i] for i in range(a.n) if req[i] and not a.primal[i]
