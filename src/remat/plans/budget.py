@@ -169,6 +169,8 @@ def reference_schedule(g: Graph) -> Schedule:
     saved = reference_saved(g)
     if saved is not None:
         s = schedule_from_saved_set(g, saved)
+        # PyTorch's partition: under inductor judged in inductor's order (simulator.torch_order)
+        s.meta = {**(s.meta or {}), "solver": "torch-mincut"}
         if simulate(s, default_cost_model(g), kernel_groups=False, timeline=False).valid:
             return s
     st = staged(g)

@@ -39,7 +39,9 @@ schedule and leaves the optimum unchanged (Algorithm 1's emission frees eagerly 
 Measured on this 2-core machine: the LP relaxation of MobileNet solves 4x faster, and the
 MILP proves optimality 5.6x faster on VGG19 at its smallest budget, 1.4-1.7x on U-Net and FCN.
 
-Views: ``M`` of a view (and of a tuple) is 0 (:func:`remat.cost.model.effective_bytes`); the
+Views: ``M`` of a view is 0 (:func:`remat.cost.model.effective_bytes`); a tuple's is the sum
+of its items' (the op allocates them when it runs), which counts an item twice while both are
+resident (a bound above, so the MILP's plans fit when the simulator judges them); the
 simulator holds a storage while any value living in it is resident, so the model keeps the
 base "resident" while a view is: ``S[t, view] <= S[t, base]``, and the base's FREE counts its
 views' checkpoints and users as hazards too, so the per-value sum matches the simulator's
@@ -250,9 +252,17 @@ def stage_arrays(g: Graph, cost_model: CostModel | None = None
     """The staged problem with ``M`` (effective bytes) and ``C`` (op costs) per stage node."""
     st = staged(g)
     cm = cost_model or default_cost_model()
-    eb = effective_bytes(g)
+    eb = list(effective_bytes(g))
+    # a tuple (a library call's outputs) allocates its items when it runs and holds them
+    # while it is resident (the simulator's rule): it counts their bytes too, which counts
+    # an item twice while both are resident (a bound above, never below: the MILP's plans
+    # then fit when the simulator judges them)
+    items = [0] * len(g)
+    for n in g.nodes:
+        if n.op == "getitem" and n.inputs and (g[n.inputs[0]].meta or {}).get("container"):
+            items[g.index(n.inputs[0])] += int(eb[g.index(n.name)])
     costs = cm.op_costs(g)
-    M = np.array([int(eb[gi]) for gi in st.order], dtype=np.int64)
+    M = np.array([int(eb[gi]) + items[gi] for gi in st.order], dtype=np.int64)
     C = np.array([float(costs[gi]) for gi in st.order], dtype=float)
     return st, M, C
 
