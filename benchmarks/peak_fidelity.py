@@ -39,25 +39,12 @@ import torch  # noqa: E402
 import remat  # noqa: E402
 from remat.bench import harness  # noqa: E402
 from remat.plans.budget import activation_bytes, resident_bytes  # noqa: E402
-from remat.zoo.trials import make_step  # noqa: E402
+from remat.zoo.trials import loss_case as case, make_step  # noqa: E402
 
 COLUMNS = ("model", "compiler", "plan", "status", "predicted_bytes", "measured_bytes", "ratio",
            "recomputes", "seconds")
 
 PLANS = "auto,auto@0.8,auto@0.5,auto@min,mincut-aggressive,torch-mincut,magis@0.5,checkmate@0.5"
-
-
-def case(name: str):
-    """(model, inputs, loss) of ``zoo:NAME`` (tiny) or a budget model (quick)."""
-    if name.startswith("zoo:"):
-        from remat.zoo import registry
-
-        c = registry.build(name[4:], "tiny")
-        return c.model, c.inputs, c.loss
-    from remat.zoo.trials import budget_case
-
-    c = budget_case(name, "quick")
-    return c.model, c.inputs, (lambda out: out)
 
 
 def split(plan: str) -> tuple[str, dict]:

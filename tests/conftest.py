@@ -68,3 +68,15 @@ def _inductor_marker(request, monkeypatch):
     if lowered and request.node.get_closest_marker("inductor") is None:
         pytest.fail(f"{request.node.nodeid} lowered {len(lowered)} graph(s) with inductor: "
                     "mark it @pytest.mark.inductor", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: intra-op threads only add contention on a shared 2-core machine. A module
+    that wants it: ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -23,20 +23,12 @@ from remat.plans.plan import Plan
 from remat.plans.schedule import Schedule, Statement
 from remat.plans.simulator import simulate
 from remat.zoo import registry
-from remat.zoo.trials import budget_case, make_step
+from remat.zoo.trials import loss_case as _case, make_step
 
 TOLERANCE = 0.10
 TORCH_TOLERANCE = 0.05
 """PyTorch's own partition (what plain ``torch.compile`` runs) is the reference of fractional
 budgets: its prediction within 5%."""
-
-
-def _case(name: str):
-    if name.startswith("zoo:"):
-        c = registry.build(name[4:], "tiny")
-        return c.model, c.inputs, c.loss
-    c = budget_case(name, "quick")
-    return c.model, c.inputs, (lambda out: out)
 
 
 def predicted_and_measured(model, inputs, loss, solver: str, compiler: str = "eager", **kw) -> tuple[int, int]:

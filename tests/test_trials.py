@@ -15,12 +15,7 @@ from remat.zoo.trials import BUDGET_SIZES, budget_case
 NEW = ("gemma2", "bert", "whisper", "swin", "clip", "wav2vec2", "mamba")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_every_model_has_a_default_and_a_quick_size():

@@ -26,13 +26,7 @@ TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 FLOAT64 = {"resnet18", "resnet50", "mobilenetv2", "densenet121"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add contention on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _param_names(case):

@@ -332,6 +332,19 @@ def _build(name: str, cfg: tuple) -> Case:
     raise ValueError(f"unknown model {name!r}; models: {', '.join(BUDGET_SIZES)}")
 
 
+
+def loss_case(name: str):
+    """``(model, inputs, loss)`` of ``zoo:NAME`` (the zoo's tiny size) or of a budget model
+    (``NAME`` of :data:`BUDGET_SIZES`, quick; its model returns the loss): what the peak
+    fidelity benchmark and its tests plan."""
+    if name.startswith("zoo:"):
+        from remat.zoo import registry
+
+        c = registry.build(name[4:], "tiny")
+        return c.model, c.inputs, c.loss
+    c = budget_case(name, "quick")
+    return c.model, c.inputs, (lambda out: out)
+
 # -- the user trials: models no test names, each with its training step ------------------------------
 
 def seeded_step(model: nn.Module, loss: Callable):
