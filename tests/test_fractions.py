@@ -85,7 +85,7 @@ def test_a_fraction_out_of_reach_runs_at_the_least_with_one_warning():
     torch._dynamo.reset()
     step = remat.compile(f, budget=0.05, compiler="eager", cache=False)
     with pytest.warns(RematBudgetWarning, match=r"budget '0.05' is out of reach for .*: the least memory "
-                                                r"remat finds for it \(.*\) is \d\.\d\d of its activation memory "
+                                                r"remat finds for it is \d\.\d\d of its activation memory "
                                                 r"under plain torch.compile.* Its floor"):
         got = torch.autograd.grad(step(x), w)[0]
     torch.testing.assert_close(got, expected)
@@ -115,30 +115,24 @@ def test_every_solver_answers_min_with_its_least_plan_and_no_over_budget_message
         assert p.options["budget_bytes"] == p.peak_bytes
 
 
-def test_a_fraction_out_of_reach_holds_no_more_than_min_within_its_slowdown():
-    """Out of reach, a fraction runs the smaller of ``min``'s plan and the least peak its own
-    search found where that is predicted within ``min``'s slowdown: never more memory than
-    ``budget="min"``, and no staged plan several times slower (Mistral quick at 0.4 had run
-    one 6.6x slower than plain torch.compile for 0.45 of its memory; min: 0.50 at 1.1x)."""
-    from remat.lower.partitioner import _out_of_reach
-    from remat.plans.plan import Plan
-    from remat.solvers import solve
-
+def test_a_fraction_out_of_reach_holds_no_more_than_a_fraction_met_or_min():
+    """Out of reach, a fraction runs the smaller of the least peak its own search found
+    (memory first, whatever the time) and ``min``'s plan: asking for less never gives more
+    memory than a fraction that is met, nor than ``budget="min"`` (Mamba quick: 0.8 met at
+    0.70 of plain torch.compile's where 0.6, bounded by min's slowdown, had fallen back to
+    0.91); the warning says how much slower the step is predicted."""
     model, x = _model()
+    peaks = {}
+    for budget in (0.6, "min", 0.02):
+        torch._dynamo.reset()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            p = remat.plan(model, x, budget=budget, cache=False, for_compiler="eager")
+        missed = [str(w.message) for w in caught if issubclass(w.category, RematBudgetWarning)]
+        assert bool(missed) == (budget == 0.02), missed
+        if missed:
+            assert "Its step is predicted" in missed[0] and "x plain torch.compile's" in missed[0]
+        assert p.feasible
+        peaks[budget] = p.peak_bytes
+    assert peaks[0.02] <= min(peaks[0.6], peaks["min"])
     torch._dynamo.reset()
-    least = remat.plan(model, x, budget="min", cache=False, for_compiler="eager")
-    torch._dynamo.reset()
-    with pytest.warns(RematBudgetWarning, match="out of reach"):
-        low = remat.plan(model, x, budget=0.02, cache=False, for_compiler="eager")
-    assert low.feasible and low.peak_bytes <= least.peak_bytes
-    torch._dynamo.reset()
-    # a smaller plan that is too slow is not taken; one within the bound is
-    g = least.graph
-    staged = solve(g, "chen-sqrtn", budget="min")
-    fast = Plan.from_saved_set(g, least.saved_names, solver="mincut-aggressive").judge()
-    assert _out_of_reach(g, None, least) is least
-    if staged.peak_bytes < least.peak_bytes:
-        slow = staged.updated(predicted_seconds=1e9)
-        assert _out_of_reach(g, slow, least) is least
-    smaller = fast.updated(peak_bytes=least.peak_bytes - 1)
-    assert _out_of_reach(g, smaller, least) is smaller

@@ -164,8 +164,7 @@ class StepBudget:
         self.floors.append(why)
         reached = max(0, plan.peak_bytes - resident_bytes(g)) / activation_bytes(g)
         return (f"budget {self.budget.text!r} is out of reach for {g.name!r}: the least memory remat "
-                f"finds for it (its step predicted at most 2x plain torch.compile's, as budget='min') "
-                f"is {reached:.2f} of its activation memory under plain torch.compile "
+                f"finds for it is {reached:.2f} of its activation memory under plain torch.compile "
                 f"({format_bytes(max(0, plan.peak_bytes - resident_bytes(g)))} of "
                 f"{format_bytes(activation_bytes(g))} above its inputs and parameters), and it runs "
                 f"at that. {why} A fraction is a target: pass strict=True to make this an error")
@@ -209,8 +208,7 @@ class StepBudget:
             who = (repr(self.graphs[0].name) if len(self.graphs) == 1
                    else f"the step's {len(self.graphs)} graphs ({names}) together")
             text = (f"budget {self.budget.text!r} is out of reach for {who}: at the least memory remat "
-                    f"finds for the graphs that could not meet their shares (their steps predicted at "
-                    f"most 2x plain torch.compile's, as budget='min'), the step peaks "
+                    f"finds for the graphs that could not meet their shares, the step peaks "
                     f"{format_bytes(planned)} above its inputs and parameters, {reached:.2f} of its "
                     f"activation memory under plain torch.compile ({format_bytes(reference)}); the "
                     f"budget allows {format_bytes(allowed)}.")
