@@ -15,6 +15,7 @@ from .lower.backend import RematBackend
 from .lower.options import COMPILERS, NAMES, Options
 from .plans.plan import Plan
 from .solvers import DEFAULT_TIME_LIMIT
+from .solvers.magis.search import check_overhead
 
 _TORCH_COMPILE = ("fullgraph", "dynamic", "mode", "options", "disable")
 _REMAT_OPTIONS = (*NAMES, "max_overhead")
@@ -251,8 +252,6 @@ def _with_overhead(solver_options: Mapping[str, Any] | None, max_overhead: float
                           f"it goes with budget='min' or no budget, not with budget={budget!r}. Give "
                           "a memory budget (the fastest plan within it) or max_overhead (the least "
                           "memory within that much more time), not both")
-    if isinstance(max_overhead, bool) or not isinstance(max_overhead, (int, float)) or not max_overhead >= 0:
-        raise OptionError(f"max_overhead {max_overhead!r} must be a share of the step time >= 0, such "
-                          "as 0.10 for at most 10% slower")
+    check_overhead(max_overhead)  # the solvers' own check, the same message
     out["max_overhead"] = float(max_overhead)
     return out

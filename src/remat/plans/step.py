@@ -161,7 +161,6 @@ class StepBudget:
         fraction; returns the warning's text: the fraction of its own activation memory under
         plain torch.compile it reaches, and why it cannot go lower (:func:`floor`)."""
         why = floor(g, plan)
-        self.floors.append(why)
         reached = max(0, plan.peak_bytes - resident_bytes(g)) / activation_bytes(g)
         return (f"budget {self.budget.text!r} is out of reach for {g.name!r}: the least memory remat "
                 f"finds for it is {reached:.2f} of its activation memory under plain torch.compile "
