@@ -236,12 +236,9 @@ class _SeededInterpreter(torch.fx.Interpreter):
 
     def call_function(self, target, args, kwargs):
         if target is _INDUCTOR_RANDOM and len(args) == 3:
-            size, seed, mode = args
-            return getattr(torch, mode)(size, generator=_generator(seed), device=seed.device,
-                                        dtype=torch.float32)
+            return _seeded_random(*args)
         if target is _INDUCTOR_RANDINT and len(args) == 4:
-            low, high, size, seed = args
-            return torch.randint(low, high, size, generator=_generator(seed), device=seed.device)
+            return _seeded_randint(*args)
         return super().call_function(target, args, kwargs)
 
 
