@@ -63,7 +63,7 @@ from torch import nn
 
 from remat.bench.harness import MiB, copy_inputs, fmt, held
 from remat.bench.measure import error_status, free_memory, peak_memory, step_time
-from remat.zoo.trials import Case
+from remat.zoo.trials import Case, make_step
 
 REFERENCE = "torch.compile"
 NO_RECOMPUTE = "no-recompute"  # remat.compile(solver="no-recompute"): remat's rows' gradient reference
@@ -199,23 +199,6 @@ class Settings:
     seed: int = SEED
 
 
-def seeded_step(fn: Callable, model: nn.Module, inputs: tuple, seed: int = SEED) -> Callable[[], torch.Tensor]:
-    """Gradients zeroed in place (kept allocated), the generator seeded, ``fn(*inputs)``'s
-    backward; returns the detached loss."""
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def step() -> torch.Tensor:
-        for p in params:
-            if p.grad is not None:
-                p.grad.zero_()
-        torch.manual_seed(seed)
-        loss = fn(*inputs)
-        loss.backward()
-        return loss.detach()
-
-    return step
-
-
 def grads_of(model: nn.Module) -> list[torch.Tensor | None]:
     return [None if p.grad is None else p.grad.detach().clone() for p in model.parameters() if p.requires_grad]
 
@@ -328,7 +311,7 @@ def measure(case: Case, m: Method, s: Settings, refs: dict, dirs: list) -> Measu
         if s.time_limit is not None:
             kw["time_limit"] = s.time_limit
         fn = remat.compile(model, **dict(m.options), **kw)
-    step = seeded_step(fn, model, inputs, s.seed)
+    step = make_step(fn, model, inputs, seed=s.seed)
     CLOCK["torch_partition"] = 0.0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -403,7 +386,7 @@ def run_model(case: Case, ms: list[Method], s: Settings, repeats: int = 5,
               on_row: Callable[[Row], None] | None = None) -> list[Row]:
     """Every method on ``case``, then one alternating timing loop; rows in ``ms``'s order."""
     ref = copy.deepcopy(case.model)
-    seeded_step(ref, ref, copy_inputs(case.inputs), s.seed)()
+    make_step(ref, ref, copy_inputs(case.inputs), seed=s.seed)()
     refs = {"eager": grads_of(ref)}
     del ref
     dirs = directions(case.model, s.fd_directions) if s.fd_directions else []

@@ -44,9 +44,11 @@ def copy_inputs(inputs: tuple) -> tuple:
     return tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
 
 
-def make_step(fn: Callable, model: nn.Module, inputs: tuple, grads: str = "keep") -> Callable[[], torch.Tensor]:
+def make_step(fn: Callable, model: nn.Module, inputs: tuple, grads: str = "keep",
+              seed: int | None = None) -> Callable[[], torch.Tensor]:
     """A training step: gradients zeroed in place (``grads="keep"``:
-    ``zero_grad(set_to_none=False)``) or set to None (``grads="none"``), then
+    ``zero_grad(set_to_none=False)``) or set to None (``grads="none"``), the generator seeded
+    with ``seed`` if given (every method draws the same dropout masks), then
     ``fn(*inputs).backward()``; returns the detached loss."""
     params = [p for p in model.parameters() if p.requires_grad]
 
@@ -57,6 +59,8 @@ def make_step(fn: Callable, model: nn.Module, inputs: tuple, grads: str = "keep"
                     p.grad.zero_()  # opt.zero_grad(set_to_none=False)
                 else:
                     p.grad = None
+        if seed is not None:
+            torch.manual_seed(seed)
         loss = fn(*inputs)
         loss.backward()
         return loss.detach()
