@@ -73,6 +73,7 @@ import highspy
 import numpy as np
 
 from ...cost.model import CostModel, constant_bytes, default_cost_model, effective_bytes, storage
+from ...plans.simulator.tuples import items_of
 from ...graph.graph import Graph
 from ...plans.stages import Staged, staged
 
@@ -257,10 +258,7 @@ def stage_arrays(g: Graph, cost_model: CostModel | None = None
     # while it is resident (the simulator's rule): it counts their bytes too, which counts
     # an item twice while both are resident (a bound above, never below: the MILP's plans
     # then fit when the simulator judges them)
-    items = [0] * len(g)
-    for n in g.nodes:
-        if n.op == "getitem" and n.inputs and (g[n.inputs[0]].meta or {}).get("container"):
-            items[g.index(n.inputs[0])] += int(eb[g.index(n.name)])
+    items = [sum(int(eb[j]) for j in its) for its in items_of(g)]  # the simulator's tuples
     costs = cm.op_costs(g)
     M = np.array([int(eb[gi]) + items[gi] for gi in st.order], dtype=np.int64)
     C = np.array([float(costs[gi]) for gi in st.order], dtype=float)
