@@ -31,6 +31,16 @@ forward user before the backward's), skipping a group that conflicts with those 
 starts a group of its own only where every user group already holds ``v`` on another axis.
 ``v``'s axes are visited in the order 0, 1, ..., then -1, -2, ...
 
+**Label-side values** (:func:`label_side`): a value computed only from the step's integer or
+boolean inputs (labels, token ids, masks), no larger than the largest of them, is in no
+component. A region never splits it: it is computed whole before any region, at no more than
+its inputs' memory, and a region slices it or shares it. This is what lets a loss's backward
+join its forward along the tokens: mean cross-entropy's count of valid targets (``sum(labels
+!= ignore_index)``) is a sum over every token that the backward of every token reads (``grad
+/ count``); in a component it would be an ancestor, through no split axis, of the backward's
+nodes, and the forward and backward would stay apart. Inputs and label-side values are also
+nobody's ancestor for that rule: what a region reads from them is computed before it.
+
 A component therefore holds each node at most once, and its D-nodes are connected by links.
 It does not by itself make a region legal (:mod:`remat.transforms.fission` checks that): a
 node whose axis no input links to (a convolution's H, the head_dim axis a view makes by
@@ -175,6 +185,35 @@ class _Lengths:
         return length
 
 
+_FLOATING = ("float", "bfloat", "half", "complex")
+
+
+def label_side(g: Graph) -> frozenset[str]:
+    """The label-side values of ``g`` (module docstring): ops whose every ancestor placeholder
+    is a step input (not a parameter or tangent) of integer or boolean dtype, with no more
+    bytes than the largest of those placeholders (memoized per graph)."""
+    return g._derived("label_side", _label_side)
+
+
+def _label_side(g: Graph) -> frozenset[str]:
+    data: dict[str, int] = {}  # label-side node -> bytes of its largest ancestor placeholder
+    for n in g.nodes:
+        if n.op == "placeholder":
+            dtype = str(n.dtype or "")
+            if n.role == "input" and dtype and not any(f in dtype for f in _FLOATING):
+                data[n.name] = n.bytes
+            continue
+        if not n.inputs and n.category != "random":
+            data[n.name] = 0  # a constant: label-side for its readers, itself never split
+            continue
+        if n.category == "random" or any(u not in data for u in n.inputs):
+            continue
+        largest = max(data[u] for u in n.inputs)
+        if n.bytes <= largest:
+            data[n.name] = largest
+    return frozenset(v for v in data if g[v].inputs)
+
+
 def dim_graph(g: Graph) -> DimGraph:
     """The dimension graph of ``g`` (memoized per graph). Raises GraphError if a node's
     ``meta["dims"]`` names a value it does not read or links axes whose lengths disagree
@@ -189,6 +228,7 @@ def _build(g: Graph) -> DimGraph:
     links_of: dict[str, frozenset] = {}
     lengths = _Lengths(g)
     shapes = [n.shape for n in nodes]
+    hoisted = label_side(g)
 
     def length(v: int, a: int) -> int | None:
         shape = shapes[v]
@@ -199,6 +239,9 @@ def _build(g: Graph) -> DimGraph:
     for w, node in enumerate(nodes):
         own = lengths._links(node)
         if not own:
+            continue
+        if node.name in hoisted:
+            links_of[node.name] = frozenset(own)
             continue
         links_of[node.name] = frozenset(own)
         reshape = None
@@ -215,8 +258,13 @@ def _build(g: Graph) -> DimGraph:
                         and is_merge_link(us, i, node.shape, b)):
                     raise GraphError(f"node {node.name!r} links axis {i} of {u!r} (length {lu}) to its axis "
                                      f"{b} (length {lw}): its meta['dims'] disagree with the shapes")
-            user_links[index[u]].setdefault(i, []).append((w, b))
-    groups = _Groups(_descendants(g), length)
+            if u not in hoisted:
+                user_links[index[u]].setdefault(i, []).append((w, b))
+    desc = _descendants(g)
+    for v, node in enumerate(nodes):  # what a region reads from these is computed before it
+        if node.op == "placeholder" or node.name in hoisted:
+            desc[v] = 0
+    groups = _Groups(desc, length)
     for v in range(len(nodes) - 1, -1, -1):
         axes = user_links[v]
         for a in sorted(axes, key=lambda x: (x < 0, abs(x))):

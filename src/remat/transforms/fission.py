@@ -33,6 +33,7 @@ the next part runs. Every solver, the simulator and the lowering then see a plai
 from __future__ import annotations
 
 from collections import deque
+from math import gcd
 from typing import Iterable, Sequence
 
 from ..errors import PlanError
@@ -77,7 +78,21 @@ def fission(g: Graph, component: Component, nodes: Iterable[str], n: int = 1, *,
     if both:
         raise PlanError(f"input {sorted(both)[0]!r} of the region is sliced for one reader and "
                         "shared by another")
-    return Fission(tuple(members), axis, n, component.length, sliced, outputs, index, label)
+    return Fission(tuple(members), axis, n, region_length(g, component, axis, sliced), sliced,
+                   outputs, index, label)
+
+
+def region_length(g: Graph, component: Component, axis: dict[str, int], sliced: dict[str, int]) -> int:
+    """The granularity of a region: the gcd of its nodes' axis lengths and of its sliced
+    inputs' lengths along the sliced dimension, a multiple of the component's. A region of
+    the tokens alone (B*T) splits finer than its component, which also holds the batch (B)."""
+    length = 0
+    for v, a in axis.items():
+        length = gcd(length, axis_length(g, v, a) or component.length)
+    for u, d in sliced.items():
+        shape = g[u].shape
+        length = gcd(length, shape[d] if shape and 0 <= d < len(shape) else component.length)
+    return length if length and length % component.length == 0 else component.length
 
 
 def illegal(g: Graph, f: Fission) -> str | None:

@@ -23,10 +23,11 @@ runs split (MAGIS's released code: ``height_limit=1``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 import networkx as nx
 
-from ...graph.dims import Component, dim_graph
+from ...graph.dims import Component, axis_length, dim_graph, label_side
 from ...graph.fission import Fission
 from ...graph.graph import Graph
 from ...transforms.fission import MAX_PARTS, fission, illegal
@@ -85,8 +86,6 @@ def ftree(g: Graph, hot: set[str], levels: int = LEVELS) -> FTree:
     for rank, comp in enumerate(comps):
         if rank >= MIN_COMPONENTS and len(comp.axis) < COMPONENT_SHARE * largest:
             continue
-        if not divisors(comp.length):
-            continue
         for f in _candidates(g, comp, hot, levels):
             if f.nodes not in seen:
                 seen.add(f.nodes)
@@ -105,19 +104,22 @@ def _candidates(g: Graph, comp: Component, hot: set[str], levels: int) -> list[F
     dg.add_node(_ROOT)
     # a tangent is the gradient of the step's outputs: for dominance it comes after them, so
     # that the backward hangs below the forward that it differentiates (also where a node
-    # reads a tangent outside the component, such as a scalar loss's)
-    outputs = [v for v in members if g[v].is_output and g[v].is_forward]
-    # one entry, as MAGIS's dominators have: the largest input; what only the others (labels)
-    # reach is left out of the tree, so that it does not cut the main path's dominance
+    # reads a tangent outside the component, or a scalar computed from one: a mean loss's
+    # gradient over its count). "Them": the members the step's forward outputs are computed
+    # from outside the component (a scalar loss has no axis: the sums it divides are members)
+    outputs = _feeding_outputs(g, inside)
+    # one entry, as MAGIS's dominators have: the largest input; what only the others (labels,
+    # and the label-side values computed whole before any region) reach is left out of the
+    # tree, so that it does not cut the main path's dominance
     inputs = sorted((n for n in g.nodes if n.role == "input"), key=lambda n: (-n.bytes, g.index(n.name)))
-    side = {n.name for n in inputs[1:]}
+    side = {n.name for n in inputs[1:]} | label_side(g)
     for v in members:
         if g[v].role == "tangent":
             preds = outputs
         else:
             preds = [u for u in g[v].inputs if u in inside]
-            if any(g[u].role == "tangent" and u not in inside for u in g[v].inputs):
-                preds += outputs  # reads a tangent with no axis here (a scalar loss's)
+            if any(u not in inside and _scalar_gradient(g[u]) for u in g[v].inputs):
+                preds += outputs
         dg.add_edges_from((u, v) for u in preds)
         if not preds and not (side and side.intersection(g[v].inputs)):
             dg.add_edge(_ROOT, v)
@@ -131,8 +133,11 @@ def _candidates(g: Graph, comp: Component, hot: set[str], levels: int) -> list[F
     resident = _resident(g)  # inputs and parameters (and their views) stay resident anyway
     n = 2
     score: dict[str, float] = {}
+    apart = [v for v in members if v not in idom]  # reached only from labels: not in the tree
+    regions = {v: _absorb(g, {w for w in des[v] if w != v and g[w].role != "tangent"}, apart, inside)
+               for v in members}
     for v in members:
-        sub = {w for w in des[v] if w != v and g[w].role != "tangent"}
+        sub = regions[v]
         if not sub:
             continue
         heat = sum(g[w].bytes for w in sub if w in hot)
@@ -149,14 +154,68 @@ def _candidates(g: Graph, comp: Component, hot: set[str], levels: int) -> list[F
         for v in sorted(band, key=g.index):
             if any(w in band for w in des[v] if w != v):
                 continue
-            sub = {w for w in des[v] if w != v and g[w].role != "tangent"}
-            try:
-                f = fission(g, comp, sub, 1, label=f"{comp.id}:{v}")
-            except PlanError:
-                continue
-            if illegal(g, f.with_n(divisors(comp.length)[0])) is None:
-                out.append(f)
+            sub = regions[v]
+            for nodes, label in _finer(g, comp, sub, f"{comp.id}:{v}"):
+                try:
+                    f = fission(g, comp, nodes, 1, label=label)
+                except PlanError:
+                    continue
+                ds = divisors(f.length)
+                if ds and illegal(g, f.with_n(ds[0])) is None:
+                    out.append(f)
     return out
+
+
+def _absorb(g: Graph, region: set[str], apart: list[str], inside: set[str]) -> set[str]:
+    """``region`` with the members outside the dominator tree (computed from labels only, such
+    as cross-entropy's one-hot of the targets in its backward) whose every reader in the
+    component is in it: they are split with their readers, their label inputs sliced."""
+    if not region or not apart:
+        return region
+    out = set(region)
+    for v in reversed(apart):  # readers first
+        readers = [w.name for w in g.users(v) if w.name in inside]
+        if readers and all(w in out for w in readers):
+            out.add(v)
+    return out
+
+
+def _finer(g: Graph, comp: Component, region: set[str], label: str):
+    """``region``, then for each longer axis length L among its nodes, the nodes whose axis
+    length is a multiple of L: a region of the tokens (B*T) without the batch-shaped (B) nodes
+    around it splits into more parts than the batch has (an LM head and its loss)."""
+    yield region, label
+    lengths = {v: axis_length(g, v, comp.axis[v]) or comp.length for v in region}
+    for length in sorted(set(lengths.values()) - {min(lengths.values())}, reverse=True):
+        nodes = {v for v, x in lengths.items() if x % length == 0}
+        if len(nodes) >= 2:
+            yield nodes, f"{label}/{length}"
+
+
+def _feeding_outputs(g: Graph, inside: set[str]) -> list[str]:
+    """The forward members of a component that the step's forward outputs read, directly or
+    through forward nodes outside it."""
+    todo = [n.name for n in g.nodes if n.is_output and n.is_forward]
+    seen = set(todo)
+    found = []
+    while todo:
+        v = todo.pop()
+        if v in inside:
+            found.append(v)
+            continue
+        for u in g[v].inputs:
+            if u not in seen and g[u].is_forward:
+                seen.add(u)
+                todo.append(u)
+    return sorted(found, key=g.index)
+
+
+def _scalar_gradient(node) -> bool:
+    """A tangent, or a backward value of one element (a scalar loss's gradient, divided by its
+    count): every part of a region reads it whole."""
+    if node.role == "tangent":
+        return True
+    return node.role == "backward" and (not node.shape or prod(node.shape) == 1)
 
 
 def _resident(g: Graph) -> set[str]:
