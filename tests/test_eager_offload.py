@@ -74,6 +74,8 @@ def test_decider_forms():
     assert decider(ALL)(mm, 0, None) and decider(True)(mm, 3, None)
     assert not decider(None)(mm, 0, None)
     assert decider(lambda op, k, t: k == 2)(mm, 2, None)
+    plan = decider({("aten.mm.default", 0): "save", ("aten.mm.default", 1): "offload"})
+    assert plan(mm, 1, None) and not plan(mm, 0, None)
 
 
 def test_offload_all_same_gradients_less_memory(net):
@@ -224,6 +226,37 @@ def test_selective_offload_lowers_peak(net):
     p_sac = peak_memory(lambda: run_checkpointed(model, x, plain)).peak_bytes
     p_off = peak_memory(lambda: run_checkpointed(model, x, moved)).peak_bytes
     assert p_off < p_sac
+
+
+def test_wrap_sac_contexts_of_a_planner(net):
+    """A planner's own SAC contexts (a policy keyed by (op, call index)), wrapped: the marked
+    saved calls move; hooks around the checkpoint call instead see nothing inside it."""
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    from remat.eager.offload import wrap_sac_contexts
+
+    model, x = net
+    ref = grads(model, x)
+
+    def planned():
+        counts = {}
+
+        def policy(ctx, func, *args, **kwargs):
+            k = counts.get(func, 0)
+            counts[func] = k + 1
+            return CheckpointPolicy.MUST_SAVE if (func, k) in {(aten.addmm.default, 0), (aten.tanh.default, 0)} \
+                else CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+
+    off = Offloader("cpu")
+    plan = {("aten.tanh.default", 0): "offload", ("aten.addmm.default", 0): "save"}
+    got = run_checkpointed(model, x, lambda: wrap_sac_contexts(planned(), plan, offloader=off))
+    assert_same(got, ref)
+    assert off.stats.ops == {"aten.tanh.default": 3}
+
+    with offload_hooks(plan, device="cpu") as outer:
+        run_checkpointed(model, x, planned)
+    assert outer.stats.offloaded == 0  # checkpointing's own hooks are the innermost
 
 
 # -- choosing offloads ------------------------------------------------------------------------

@@ -21,6 +21,12 @@ Two entry points, for the two places a value can be saved in an eager step:
   in the backward brings them back (and starts the previous block's, which the backward reaches
   next).
 
+Which to use where: hooks entered *around* a call of ``torch.utils.checkpoint.checkpoint`` see
+nothing saved inside it (checkpointing's own saved-tensor hooks are the innermost; SAC's cache
+bypasses hooks altogether), so a checkpointed block offloads through its ``context_fn``
+(:func:`selective_offload_contexts`, or :func:`wrap_sac_contexts` over SAC contexts built
+elsewhere), and :func:`offload_hooks` serves blocks left unwrapped and code outside the blocks.
+
 ``decisions`` (both entry points) says which op calls' outputs to offload:
 
 - :data:`ALL` (or ``True``): every saved tensor (hooks) / every saved output (SAC);
@@ -28,6 +34,8 @@ Two entry points, for the two places a value can be saved in an eager step:
   region's start, the counter SAC's own cache uses) of ``op``, an ``OpOverload`` such as
   ``torch.ops.aten.mm.default`` or its name ``"aten.mm.default"``; or a bare ``op``: every call
   of it;
+- a mapping from such keys to a decision, as :func:`remat.eager.plan.decisions` writes them
+  (``{("aten.mm.default", 1): "offload", ...}``): the keys whose value is ``"offload"``;
 - a callable ``(op, k, tensor) -> bool``.
 
 Copies (:class:`Offloader`):
@@ -65,7 +73,7 @@ import functools
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -103,6 +111,8 @@ def decider(decisions) -> Decider:
         return lambda op, k, t: False
     if callable(decisions):
         return decisions
+    if isinstance(decisions, Mapping):  # a plan's {(op, k): "save" | "recompute" | "offload"}
+        decisions = [k for k, v in decisions.items() if v == "offload" or v is True]
     calls: set[tuple[str, int]] = set()
     ops: set[str] = set()
     for d in decisions:
@@ -526,20 +536,41 @@ def selective_offload_contexts(policy_fn, decisions=ALL, *, offloader: Offloader
     """``(forward_context, recompute_context)`` for a block under non-reentrant checkpointing:
     PyTorch's selective checkpointing with ``policy_fn`` (``(ctx, op, *args, **kwargs) ->
     CheckpointPolicy``), and the saved outputs that ``decisions`` marks (module docstring;
-    ``k`` counts each op's calls in the block's forward) moved to host memory as the block's
-    forward ends. Outputs the policy does not save are not offloaded: the policy decides what
-    crosses to the backward, ``decisions`` where it waits. Use it as a ``context_fn``::
+    ``k`` counts each op's calls in the block's forward, as SAC's cache does) moved to host
+    memory as the block's forward ends. Outputs the policy does not save are not offloaded: the
+    policy decides what crosses to the backward, ``decisions`` where it waits. Use it as a
+    ``context_fn``::
 
         ctx = functools.partial(selective_offload_contexts, policy, {("aten.mm.default", 1)},
                                 offloader=off)
         torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False, context_fn=ctx)
 
-    (:func:`offload_context_fn` builds that partial). Blocks sharing one ``offloader`` reload
-    ahead: a block's recomputation starts the reloads of the ``offloader.prefetch`` blocks run
-    before it. On a torch whose SAC cache this cannot read, the outputs stay on the device.
+    (:func:`offload_context_fn` builds that partial; :func:`wrap_sac_contexts` does the same to
+    a pair of SAC contexts made elsewhere). Blocks sharing one ``offloader`` reload ahead: a
+    block's recomputation starts the reloads of the ``offloader.prefetch`` blocks run before it.
     """
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
+    return wrap_sac_contexts(create_selective_checkpoint_contexts(policy_fn, allow_cache_entry_mutation),
+                             decisions, offloader=offloader)
+
+
+def wrap_sac_contexts(contexts, decisions=ALL, *, offloader: Offloader | None = None):
+    """The pair ``contexts`` that :func:`torch.utils.checkpoint.create_selective_checkpoint_contexts`
+    returned, made to offload the saved outputs ``decisions`` marks (see
+    :func:`selective_offload_contexts`). For a planner that builds its own SAC contexts::
+
+        context_fn = lambda: wrap_sac_contexts(create_selective_checkpoint_contexts(policy),
+                                               plan_decisions, offloader=off)
+
+    It reads the forward context's ``policy_fn`` and ``storage`` (SAC's cache: a dict of dicts
+    by op and call index on torch 2.13, of lists of the saved calls on older versions); where
+    they are missing the contexts are returned unchanged and nothing is offloaded."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    caching, cached = contexts
+    if not hasattr(caching, "policy_fn") or not hasattr(caching, "storage"):
+        return contexts
     off = offloader or Offloader()
     state = _STATES.get(off)
     if state is None:
@@ -549,6 +580,7 @@ def selective_offload_contexts(policy_fn, decisions=ALL, *, offloader: Offloader
     saved_calls: dict[Any, int] = defaultdict(int)
     marked: list[tuple[Any, int, int]] = []
     saves = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+    policy_fn = caching.policy_fn
 
     def policy(ctx, func, *args, **kwargs):
         p = policy_fn(ctx, func, *args, **kwargs)
@@ -563,12 +595,15 @@ def selective_offload_contexts(policy_fn, decisions=ALL, *, offloader: Offloader
                 marked.append((func, k_all, k_saved))
         return p
 
+    caching.policy_fn = policy
+    if getattr(cached, "policy_fn", None) is policy_fn:  # older torch's cached mode asks the policy too
+        cached.policy_fn = policy
+
     def reset():
         all_calls.clear()
         saved_calls.clear()
         marked.clear()
 
-    caching, cached = create_selective_checkpoint_contexts(policy, allow_cache_entry_mutation)
     group = _Group()
     return (_ForwardContext(state, caching, marked, group, reset), _RecomputeContext(state, cached, group))
 
