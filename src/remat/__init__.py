@@ -30,10 +30,14 @@ from .solvers import solve
 
 __version__ = "0.2.0"
 
-_TORCH = ("compile", "plan", "plan_all")
+_TORCH = ("compile", "plan", "plan_all", "checkpoint", "policy")
 
 
 def __getattr__(name: str):
+    if name in ("checkpoint", "policy"):  # eager training: remat.eager
+        import importlib
+
+        return getattr(importlib.import_module(f".eager.{name}", __name__), name)
     if name in _TORCH:
         from . import api
 
@@ -54,6 +58,6 @@ def _register() -> None:
 _register()
 
 __all__ = ["Graph", "Node", "Plan", "Decision", "SavedValue", "Schedule", "load_graph", "save_graph",
-           "solve", "compile", "plan", "plan_all", "RematError", "GraphError", "PlanError",
+           "solve", "compile", "plan", "plan_all", "checkpoint", "policy", "RematError", "GraphError", "PlanError",
            "UnsupportedGraphError", "OptionError", "BudgetError", "InfeasibleBudgetError",
            "RematFallbackWarning", "RematCacheWarning", "RematBudgetWarning", "RematOffloadWarning"]

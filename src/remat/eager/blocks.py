@@ -1,0 +1,71 @@
+"""Find the repeated blocks of a model: the units remat checkpoints.
+
+Without ``blocks=``: transformers' own layers (subclasses of ``GradientCheckpointingLayer``)
+when the model has them, else the children of every ``nn.ModuleList`` (or ``nn.Sequential``)
+whose children are at least two of one class; outermost first (a block inside a block is not
+a block). ``blocks=`` names them: a module class (or tuple of classes), a list of module
+names (``"model.layers.0"``), or a predicate ``f(name, module) -> bool``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+from torch import nn
+
+from ..errors import OptionError
+
+
+def _hf_layer_class():
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except Exception:  # transformers missing or too old
+        return None
+    return GradientCheckpointingLayer
+
+
+def _outermost(found: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    out: list[tuple[str, nn.Module]] = []
+    for name, m in found:
+        if any(name.startswith(p + ".") for p, _ in out):
+            continue
+        out.append((name, m))
+    return out
+
+
+def find_blocks(model: nn.Module, blocks=None) -> list[tuple[str, nn.Module]]:
+    """``(qualified name, module)`` of each block, in registration order (for a sequential
+    model, the forward order)."""
+    named = list(model.named_modules())
+    if blocks is None:
+        hf = _hf_layer_class()
+        if hf is not None:
+            found = [(n, m) for n, m in named if n and isinstance(m, hf)]
+            if found:
+                return _outermost(found)
+        found = []
+        for n, m in named:
+            if isinstance(m, (nn.ModuleList, nn.Sequential)) and len(m) >= 2:
+                counts = Counter(type(c) for c in m)
+                cls, count = counts.most_common(1)[0]
+                if count >= 2:
+                    prefix = f"{n}." if n else ""
+                    found += [(f"{prefix}{k}", c) for k, c in m.named_children() if type(c) is cls]
+        return _outermost(found)
+    if isinstance(blocks, type) or (isinstance(blocks, tuple) and all(isinstance(b, type) for b in blocks)):
+        return _outermost([(n, m) for n, m in named if n and isinstance(m, blocks)])
+    if isinstance(blocks, (list, tuple)) and all(isinstance(b, str) for b in blocks):
+        out = []
+        for b in blocks:
+            try:
+                out.append((b, model.get_submodule(b)))
+            except AttributeError:
+                raise OptionError(f"blocks names {b!r}, which is not a submodule of "
+                                  f"{type(model).__name__}: name modules as model.named_modules() does") from None
+        return out
+    if callable(blocks):
+        pred: Callable = blocks
+        return _outermost([(n, m) for n, m in named if n and pred(n, m)])
+    raise OptionError(f"blocks={blocks!r} is not understood: give a module class, a list of module names, "
+                      "or a predicate f(name, module) -> bool")

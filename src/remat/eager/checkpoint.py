@@ -1,0 +1,107 @@
+"""``remat.checkpoint(model, budget=...)``: planned selective checkpointing for eager training.
+
+Applied in place, like FSDP2's ``fully_shard``; returns the model. Each block (see
+:mod:`remat.eager.blocks`) runs under non-reentrant ``torch.utils.checkpoint`` with a SAC
+policy remat plans (:mod:`remat.eager.policy`); blocks whose plan saves everything, and blocks
+remat cannot capture, run unwrapped. On a transformers model that supports gradient
+checkpointing the same policy goes through transformers' own route,
+``model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False,
+"context_fn": ...})``; on any other model remat replaces each block's ``forward`` (an
+instance attribute) by one that checkpoints it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+
+import torch
+from torch.utils.checkpoint import checkpoint as _torch_checkpoint
+
+from ..errors import OptionError
+from .policy import Planner, RematPolicy, _raw_forward
+
+
+def checkpoint(model: torch.nn.Module, budget=None, blocks=None, *, strict: bool = False,
+               offload: bool | str = False, profile=None, route: str = "auto") -> torch.nn.Module:
+    """Plan and apply selective activation checkpointing to ``model``'s blocks; returns ``model``.
+
+    - ``budget``: for the whole training step. A fraction ``f`` (``0.5``, ``"50%"``) is ``f`` times
+      the step's predicted peak above resident memory without checkpointing (the blocks' saved
+      activations, measured at capture, plus what autograd saves outside the blocks, measured
+      in the first step); bytes (``"2GiB"``, an int) bound the step's peak including the
+      parameters and their gradients (optimizer state is not counted); ``"min"``: the least
+      memory; ``None``: full checkpointing's predicted peak, with the least recomputation that
+      keeps it. Out of reach: a :class:`remat.RematBudgetWarning` naming the least reachable,
+      and the step runs at that least; with ``strict=True``, :class:`remat.InfeasibleBudgetError`.
+    - ``blocks``: which modules are blocks (a class, a list of module names, a predicate
+      ``f(name, module)``); default: transformers' layers, else same-class children of a ModuleList.
+    - ``offload``: when true, each checkpointed call also enters
+      ``remat.eager.offload.offload_hooks(decisions)`` (if that module exists), where
+      ``decisions`` maps each op call ``(op name, call index)`` of the block to ``"save"``,
+      ``"recompute"`` or, for values the plan moves to host memory, ``"offload"``.
+    - ``route``: ``"auto"`` (transformers' ``gradient_checkpointing_enable`` on models with
+      ``supports_gradient_checkpointing``, else remat's own wrapper), ``"transformers"`` or ``"wrap"``.
+
+    Plans are made at the first training call of each (block class, input signature) and cached;
+    ``model.remat_summary()`` reports what each block class saves and recomputes, and the
+    predicted peak and step time against no and full checkpointing. Calls without grad (eval,
+    ``torch.no_grad()``) run the blocks as they are.
+    """
+    if route not in ("auto", "transformers", "wrap"):
+        raise OptionError(f"route={route!r}: use 'auto', 'transformers' or 'wrap'")
+    old = getattr(model, "_remat_planner", None)
+    if old is not None:
+        _undo(model, old)
+    planner = Planner(model, budget=budget, blocks=blocks, strict=strict, profile=profile, offload=offload)
+    hf = bool(getattr(model, "supports_gradient_checkpointing", False)) and hasattr(model, "gradient_checkpointing_enable")
+    if route == "transformers" and not hf:
+        raise OptionError(f"{type(model).__name__} does not support transformers' gradient checkpointing: "
+                          "use route='auto' or 'wrap'")
+    use_hf = hf and route != "wrap" and all(hasattr(m, "_can_checkpoint_with_cache") for _, m in planner.blocks)
+    planner.install_hooks()
+    if use_hf:
+        planner.hf_route = True
+        fn = RematPolicy(planner)
+        kwargs = {"use_reentrant": False, "context_fn": fn}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the deprecated alias, where it is one
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        for name, m in planner.blocks:
+            m.forward = functools.partial(_checkpointed_forward, planner, name, m, _raw_forward(m))
+    model._remat_planner = planner
+    model.remat_summary = planner.summary
+    return model
+
+
+def _checkpointed_forward(planner: Planner, name: str, module, forward, *args, **kwargs):
+    if not (torch.is_grad_enabled() and module.training):
+        return forward(*args, **kwargs)
+    # the block's pre-hook has planned this call's signature (Planner._pre_hook)
+    bp = planner.plans.get(planner.block_key.get(name))
+    point = planner.choice.get(name)
+    if bp is None or not bp.supported or point is None:
+        return forward(*args, **kwargs)
+    if point.unwrapped:
+        ctx = planner.offload_context(bp, point)
+        with ctx if ctx is not None else contextlib.nullcontext():
+            return forward(*args, **kwargs)
+    table = frozenset((bp.capture.ops[i].func, bp.capture.ops[i].index) for i in point.saved)
+    return _torch_checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True,
+                             context_fn=functools.partial(planner.context_fn, table), **kwargs)
+
+
+def _undo(model, planner: Planner) -> None:
+    planner.remove_hooks()
+    for _, m in planner.blocks:
+        if "forward" in m.__dict__:
+            del m.__dict__["forward"]
+    for attr in ("_remat_planner", "remat_summary"):
+        if attr in model.__dict__:
+            del model.__dict__[attr]

@@ -1,0 +1,389 @@
+"""The planner behind :func:`remat.checkpoint` and :func:`remat.policy`, and ``remat.policy``.
+
+A :class:`Planner` owns the blocks of one model. A forward pre-hook on each block computes the
+call's signature (block class, the shapes, dtypes and devices of its tensor arguments, the
+autocast state, train/eval); a signature seen for the first time is captured
+(:mod:`remat.eager.capture`) and costed (:mod:`remat.eager.plan`), and the step is planned
+again: one frontier point per block, within the budget. Plans are cached by signature, so new
+input shapes plan once more and old ones are reused.
+
+The ``context_fn`` (:meth:`Planner.context_fn`) gives ``torch.utils.checkpoint`` a fresh SAC
+policy per checkpointed call. At its first op the policy looks up which block is running (set
+by the block's pre-hook) and binds that block's decisions for the whole call: op call
+``(func, k)`` (the k-th call of ``func`` in the block, SAC's own numbering) is ``MUST_SAVE``
+when the plan saves it, else ``PREFER_RECOMPUTE``. torch asks the policy only in the forward;
+the recomputation reads SAC's cache, so a plan that changes between steps never splits a call.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from functools import partial
+
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+from ..errors import InfeasibleBudgetError, OptionError, RematBudgetWarning, RematFallbackWarning, RematOffloadWarning
+from ..plans.budget import Budget, format_bytes
+from .blocks import find_blocks
+from .capture import _autocast_state, capture_block, storage_bytes, storage_key
+from .plan import BlockPlan, Choice, Outside, block_plan, choose, decisions, step_peak
+
+_profiles: dict = {}
+
+
+def device_profile(device: str = "cpu"):
+    """The measured :class:`~remat.cost.model.DeviceProfile` of ``device`` (once per process)."""
+    kind = "cuda" if str(device).startswith("cuda") else "cpu"
+    if kind not in _profiles:
+        from ..cost.calibrate import profile_for
+
+        devices = [torch.cuda.current_device()] if kind == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # it draws random matrices: the step's masks stay
+            _profiles[kind] = profile_for(kind)
+    return _profiles[kind]
+
+
+def _sig(x):
+    if isinstance(x, torch.Tensor):
+        return ("T", tuple(x.shape), str(x.dtype), x.device.type, bool(x.requires_grad))
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, (tuple, list)):
+        return tuple(_sig(v) for v in x)
+    if isinstance(x, dict):
+        return tuple(sorted((str(k), _sig(v)) for k, v in x.items()))
+    return type(x).__name__
+
+
+def _raw_forward(module: torch.nn.Module):
+    """The module's own forward, below transformers' checkpointing wrapper (which would
+    checkpoint the capture itself)."""
+    fwd = type(module).forward
+    while hasattr(fwd, "__wrapped__") and getattr(fwd, "__name__", "") == "forward":
+        inner = fwd.__wrapped__
+        if inner is fwd:
+            break
+        fwd = inner
+    return fwd.__get__(module)
+
+
+def _is_hf_layer(module) -> bool:
+    return hasattr(module, "gradient_checkpointing") and hasattr(module, "_can_checkpoint_with_cache")
+
+
+class Planner:
+    """The blocks of one model, their plans (cached by call signature) and the step's choice."""
+
+    def __init__(self, model: torch.nn.Module, *, budget=None, blocks=None, strict: bool = False,
+                 profile=None, offload: bool | str = False, single: bool = False) -> None:
+        self.model = model
+        self.budget = None if budget is None else Budget.parse(budget)
+        self.strict = bool(strict)
+        self.profile = profile
+        self.offload = offload
+        self.blocks = [("", model)] if single else find_blocks(model, blocks)
+        if not self.blocks:
+            raise OptionError(f"no blocks found in {type(model).__name__}: name them with blocks= (a class, "
+                              "a list of module names, or a predicate f(name, module) -> bool)")
+        self.order = {name: k for k, (name, _) in enumerate(self.blocks)}
+        self.plans: dict[tuple, BlockPlan] = {}
+        self.block_key: dict[str, tuple] = {}
+        self.choice: dict[str, object] = {}
+        self.last: Choice | None = None
+        self.targets: dict = {}
+        self.outside = Outside()
+        self.outside_measured = False
+        self._before = None
+        self.hf_route = False
+        self._tls = threading.local()
+        self._handles: list = []
+        self._offloader = None
+        self._warned: set = set()
+        self._measure: dict | None = None
+        self._input_keys: set = set()
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def install_hooks(self) -> None:
+        """Pre/post hooks on each block (which block runs; plan new signatures) and on the root
+        (what autograd saves outside the blocks, measured in steps that planned something)."""
+        for name, m in self.blocks:
+            self._handles.append(m.register_forward_pre_hook(partial(self._pre_hook, name), with_kwargs=True))
+            self._handles.append(m.register_forward_hook(self._post_hook, always_call=True))
+        if not (len(self.blocks) == 1 and self.blocks[0][1] is self.model):
+            self._handles.append(self.model.register_forward_pre_hook(self._root_pre))
+            self._handles.append(self.model.register_forward_hook(self._root_post, always_call=True))
+
+    def remove_hooks(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _pre_hook(self, name, module, args, kwargs):
+        self._tls.current = name
+        if self._measure is not None and self._before is None:
+            self._before = set(self._measure)
+        if torch.is_grad_enabled() and module.training and not getattr(self._tls, "inside", False):
+            self.prepare(name, module, _raw_forward(module), args, kwargs)
+        return None
+
+    def _post_hook(self, module, args, output):
+        self._tls.current = None
+        return None
+
+    def _root_pre(self, module, args):
+        if self._measure is None and not self.outside_measured and torch.is_grad_enabled():
+            self._measure = {}
+            self._before = None
+            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+            hooks.__enter__()
+            self._measure_ctx = hooks
+        return None
+
+    def _root_post(self, module, args, output):
+        if self._measure is None:
+            return None
+        try:
+            self._measure_ctx.__exit__(None, None, None)
+        finally:
+            measured, self._measure = self._measure, None
+        params = {storage_key(p) for p in self.model.parameters()} | {storage_key(b) for b in self.model.buffers()}
+        seen = {k: b for k, b in measured.items() if k not in params and k not in self._input_keys}
+        before = set(self._before or ())
+        after = [b for k, b in seen.items() if k not in before]
+        kept = 0
+        from torch.utils._pytree import tree_flatten
+        flat = tree_flatten(output if not hasattr(output, "to_tuple") else output.to_tuple())[0]
+        for t in {storage_key(t): t for t in flat if isinstance(t, torch.Tensor)}.values():
+            if storage_key(t) not in seen and t.numel() > 1:
+                kept += storage_bytes(t)
+        self.outside = Outside(before=sum(b for k, b in seen.items() if k in before),
+                               after=sum(after) + 2 * max(after, default=0), kept=kept)
+        self.outside_measured = True
+        self._input_keys = set()
+        self.replan()
+        return None
+
+    def _pack(self, t):
+        if isinstance(t, torch.Tensor) and getattr(self._tls, "current", None) is None and self._measure is not None:
+            self._measure[storage_key(t)] = storage_bytes(t)
+        return t
+
+    # -- planning ------------------------------------------------------------------------------
+    def signature(self, module, args, kwargs) -> tuple:
+        cls = f"{type(module).__module__}.{type(module).__qualname__}"
+        return (cls, _sig(tuple(args)), _sig(dict(kwargs)), _autocast_state(), bool(module.training))
+
+    def prepare(self, name: str, module, forward, args, kwargs):
+        """The block's plan and chosen point for this call, capturing and planning a new signature."""
+        if self._measure is not None:
+            for a in args:
+                if isinstance(a, torch.Tensor) and a.requires_grad:
+                    self._input_keys.add(storage_key(a))
+        key = self.signature(module, args, kwargs)
+        bp = self.plans.get(key)
+        if bp is None:
+            self._tls.inside = True
+            try:
+                cap = capture_block(forward, tuple(args), dict(kwargs), module)
+            finally:
+                self._tls.inside = False
+            device = getattr(cap, "device", "cpu")
+            profile = self.profile or device_profile(device)
+            bp = self.plans[key] = block_plan(key, type(module).__name__, cap, profile)
+            if not bp.supported:
+                warnings.warn(f"remat leaves {type(module).__name__} blocks ({name or 'the block'}) unwrapped "
+                              f"(no checkpointing): {cap.reason}", RematFallbackWarning, stacklevel=3)
+            self.block_key[name] = key
+            self.replan()
+        elif self.block_key.get(name) != key:
+            self.block_key[name] = key
+            self.replan()
+        return bp, self.choice.get(name)
+
+    def _keys(self) -> list:
+        """The signature of each block: the one it was last called with, else the last one seen
+        for its class (a block not called yet is assumed to run like its siblings)."""
+        by_class = {}
+        for name, m in self.blocks:
+            if name in self.block_key:
+                by_class[type(m)] = self.block_key[name]
+        return [self.block_key.get(name, by_class.get(type(m))) for name, m in self.blocks]
+
+    def _resident(self) -> int:
+        seen = {}
+        for p in self.model.parameters():
+            seen[storage_key(p)] = storage_bytes(p) * (2 if p.requires_grad else 1)
+        for b in self.model.buffers():
+            seen[storage_key(b)] = storage_bytes(b)
+        return sum(seen.values())
+
+    def replan(self) -> None:
+        """Choose one frontier point per block for the whole step, within the budget."""
+        keys = self._keys()
+        names, fronts, plans = [], [], []
+        for (name, m), key in zip(self.blocks, keys):
+            bp = self.plans.get(key) if key is not None else None
+            if bp is None or not bp.supported:
+                continue
+            names.append(name)
+            fronts.append(bp.frontier)
+            plans.append(bp)
+        eager = step_peak([f[0] for f in fronts], self.outside)
+        full = step_peak([bp.full for bp in plans], self.outside)
+        b = self.budget
+        if b is None:
+            target, asked = full, "full checkpointing's peak"
+        elif b.kind == "min":
+            target, asked = None, "min"
+        elif b.kind == "fraction":
+            target, asked = int(b.value * eager), f"{b.value:g} of the peak without checkpointing"
+        else:
+            target, asked = max(int(b.value) - self._resident(), 0), f"{format_bytes(int(b.value))} for the step"
+        c = choose(fronts, target, self.outside)
+        self.last = c
+        self.targets = {"eager": eager, "full": full, "target": target, "asked": asked}
+        self.choice = dict(zip(names, c.points))
+        for name, m in self.blocks:
+            if _is_hf_layer(m) and self.hf_route and hasattr(m, "_gradient_checkpointing_func"):
+                p = self.choice.get(name)
+                m.gradient_checkpointing = p is not None and not p.unwrapped
+        if not c.feasible and target is not None:
+            least = c.peak
+            msg = (f"remat cannot fit the budget {asked} ({format_bytes(target)} above resident memory, "
+                   f"predicted): the least it reaches is {format_bytes(least)}"
+                   + (f", {least / eager:.3f} of the peak without checkpointing" if eager else "")
+                   + "; it runs at that least")
+            if self.strict:
+                raise InfeasibleBudgetError(msg, smallest_feasible=least)
+            if (target, least) not in self._warned:
+                self._warned.add((target, least))
+                warnings.warn(msg, RematBudgetWarning, stacklevel=4)
+
+    # -- SAC -----------------------------------------------------------------------------------
+    def table_for(self, name: str | None):
+        """The set of ``(func, call index)`` the running block saves (None: save nothing)."""
+        if name is None or name not in self.block_key:
+            return frozenset()
+        bp = self.plans.get(self.block_key[name])
+        if bp is None or not bp.supported:
+            return frozenset()
+        point = self.choice.get(name)
+        if point is None or point.unwrapped:
+            # transformers already checkpoints this call: hold what autograd would
+            point = bp.least_saved
+        return frozenset((bp.capture.ops[i].func, bp.capture.ops[i].index) for i in point.saved)
+
+    def context_fn(self, table=None):
+        """A ``context_fn`` for ``torch.utils.checkpoint`` (non-reentrant): the SAC contexts of one
+        checkpointed call, with the running block's decisions bound at its first op."""
+        state = {"table": table, "counts": {}}
+        tls = self._tls
+
+        def policy_fn(ctx, func, *args, **kwargs):
+            t = state["table"]
+            if t is None:
+                t = state["table"] = self.table_for(getattr(tls, "current", None))
+            counts = state["counts"]
+            k = counts.get(func, 0)
+            counts[func] = k + 1
+            return CheckpointPolicy.MUST_SAVE if (func, k) in t else CheckpointPolicy.PREFER_RECOMPUTE
+
+        contexts = create_selective_checkpoint_contexts(policy_fn)
+        off = self._offload_module()
+        if off is None:
+            return contexts
+
+        def offloaded(op, k, tensor):  # every value the plan saves waits in host memory
+            t = state["table"]
+            return t is not None and (op, k) in t
+
+        if self._offloader is None:
+            self._offloader = off.Offloader()
+        return off.wrap_sac_contexts(contexts, offloaded, offloader=self._offloader)
+
+    def _offload_module(self):
+        """:mod:`remat.eager.offload` when ``offload`` was asked and it is there, else None."""
+        if not self.offload:
+            return None
+        try:
+            from . import offload as _offload
+            _offload.wrap_sac_contexts, _offload.offload_hooks
+        except (ImportError, AttributeError):
+            if "offload" not in self._warned:
+                self._warned.add("offload")
+                warnings.warn("remat.checkpoint(offload=...) needs remat.eager.offload, which this install "
+                              "lacks: the plan runs without offloading", RematOffloadWarning, stacklevel=4)
+            return None
+        return _offload
+
+    def offload_context(self, bp: BlockPlan, point):
+        """For a block run unwrapped when ``offload`` was asked:
+        ``remat.eager.offload.offload_hooks(decisions)``, else None. ``decisions``
+        (:func:`remat.eager.plan.decisions`) maps each op call ``(op name, call index)`` to
+        ``"save"``, ``"recompute"`` or ``"offload"``."""
+        off = self._offload_module()
+        if off is None:
+            return None
+        if self._offloader is None:
+            self._offloader = off.Offloader()
+        return off.offload_hooks(decisions(bp, point, offload=True), offloader=self._offloader)
+
+    def summary(self):
+        from .summary import Summary
+
+        return Summary(self)
+
+
+class RematPolicy:
+    """A ``context_fn`` planned by remat (what :func:`policy` returns): call it to get the SAC
+    contexts of one checkpointed call. ``summary()`` reports the plan."""
+
+    def __init__(self, planner: Planner) -> None:
+        self.planner = planner
+
+    def __call__(self):
+        return self.planner.context_fn()
+
+    def summary(self):
+        return self.planner.summary()
+
+    def __repr__(self) -> str:
+        return f"RematPolicy({type(self.planner.model).__name__}, budget={self.planner.budget})"
+
+
+def policy(model_or_block: torch.nn.Module, *example_inputs, budget=None, blocks=None, strict: bool = False,
+           profile=None, **example_kwargs) -> RematPolicy:
+    """A planned ``context_fn`` for ``torch.utils.checkpoint(..., use_reentrant=False, context_fn=fn)``
+    and transformers' ``model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=
+    {"use_reentrant": False, "context_fn": fn})``.
+
+    Given a model, it hooks the model's blocks (:func:`remat.eager.blocks.find_blocks`) to know
+    which block each checkpointed call runs and with which input shapes; each new shape is
+    captured and planned at its first call, within ``budget`` for the whole step (see
+    :func:`remat.checkpoint`). On a transformers model it also turns transformers' checkpointing
+    off for layers whose plan saves everything (``layer.gradient_checkpointing = False``).
+    Given one block and ``example_inputs`` (or keyword inputs), it plans that block now, the
+    budget being of that block's own activations; without inputs, at its first call.
+    """
+    single = bool(example_inputs or example_kwargs) or (blocks is None and not _has_blocks(model_or_block))
+    planner = Planner(model_or_block, budget=budget, blocks=blocks, strict=strict, profile=profile, single=single)
+    planner.hf_route = True
+    planner.install_hooks()
+    if single and (example_inputs or example_kwargs):
+        m = model_or_block
+        was = m.training
+        m.train()
+        try:
+            planner.prepare("", m, _raw_forward(m), example_inputs, example_kwargs)
+        finally:
+            m.train(was)
+    return RematPolicy(planner)
+
+
+def _has_blocks(model) -> bool:
+    try:
+        return bool(find_blocks(model))
+    except OptionError:
+        return False
