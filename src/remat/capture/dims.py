@@ -14,8 +14,10 @@ D-graph from. A link is ``[input_name, input_dim, axis]``:
   reductions have one: ``sum``, the k of mm/bmm/matmul, a convolution's input channels (without
   a bias), the batch of a convolution's weight gradient and its output channels for its input
   gradient, layer norm's weight/bias gradients over the leading dims, an embedding gradient's
-  index positions (a scatter-add into zeros). Mean, max/min/argmax, softmax's axis, variance,
-  norms, cumsum and sort link nothing there (their parts do not add up).
+  index positions (a scatter-add into zeros), and ``mean`` (a fission runs its parts as sums
+  and divides their total by the whole count: :data:`remat.graph.fission.MEAN`).
+  Max/min/argmax, softmax's axis, variance, norms, cumsum and sort link nothing there (their
+  parts do not add up).
 
 Which links exist (and which do not, deliberately):
 
@@ -428,6 +430,10 @@ def _convolution(node, shape):
     return links
 
 
+_MEANS = (aten.mean.dim, aten.mean.default)
+"""Means a fission can merge (their parts run as sums over the same dims)."""
+
+
 def _reduction(node, shape):
     """Kept dims; a sum's reduced dims -> -1, -2, ... (max.other/min.other are pointwise)."""
     if node.target._overloadname == "other":
@@ -437,7 +443,7 @@ def _reduction(node, shape):
     reduced = _dims(_arg(node, "dim", _arg(node, "dims")), r)
     keep = _arg(node, "keepdim", False)
     links = [(x, i, i if keep else j) for j, i in enumerate(i for i in range(r) if i not in reduced)]
-    if node.target.overloadpacket in (aten.sum, prims.sum):
+    if node.target.overloadpacket in (aten.sum, prims.sum) or node.target in _MEANS:
         links += [(x, i, -(k + 1)) for k, i in enumerate(reduced)]
     return links
 

@@ -15,7 +15,10 @@ that the torch-free transform (:mod:`remat.transforms.fission`) and the lowering
 - a region output (a node of S read outside S, or an output of the step) keeps its name: its
   node becomes the merge, ``cat(parts, dim)`` when ``outputs[v] >= 0``, or, for a reduce axis
   (``outputs[v] == -1``), the sum of the parts, built as ``sum_name(v, 1) = p0 + p1``,
-  ``sum_name(v, 2) = sum_name(v, 1) + p2``, ..., the last of these named ``v`` itself;
+  ``sum_name(v, 2) = sum_name(v, 1) + p2``, ..., the last of these named ``v`` itself; a mean
+  over the split dimension (``outputs[v] == -2``, :data:`MEAN`) is the sum of its parts' sums
+  divided by the whole count: each part is a ``sum`` (same dims), every add is a
+  ``sum_name``, and ``v`` is ``sum_name(v, n - 1) / count``;
 - the region's other nodes are gone (only their parts remain).
 
 >>> f = Fission(nodes=("a", "b"), axis={"a": 0, "b": 0}, n=2, length=8, sliced={"x": 0},
@@ -31,6 +34,18 @@ from typing import Any, Mapping
 
 SUM = -1
 """``outputs[v]`` for an output merged by adding the parts (its axis is a sum-like reduce axis)."""
+
+MEAN = -2
+"""``outputs[v]`` for a mean over the split dimension: its parts are sums, its merge their sum
+divided by the number of elements the whole mean averages."""
+
+MERGED = (SUM, MEAN)
+"""The merges of a reduce axis (a part is as large as the whole)."""
+
+
+def part_op(op: str) -> str:
+    """The op a part of a mean runs (a sum over the same dims; other ops run as they are)."""
+    return {"mean.dim": "sum.dim_IntList", "mean.default": "sum.default"}.get(op, op)
 
 
 def part_name(node: str, k: int) -> str:

@@ -16,7 +16,9 @@ this graph by name:
   ``aten.cat.default([part0, ...], dim)``, or for :data:`~remat.graph.fission.SUM` the chain
   ``sum_name(v, 1) = part0 + part1``, ``sum_name(v, 2) = sum_name(v, 1) + part2``, ..., whose
   last add is ``v`` itself (``v = part0 + part1`` when n == 2); each add follows its part, so a
-  partial sum is freed as soon as the next one exists;
+  partial sum is freed as soon as the next one exists; a mean over the split dimension
+  (:data:`~remat.graph.fission.MEAN`) runs its parts as ``aten.sum`` over the same dims, and
+  ``v`` becomes ``aten.div.Scalar(sum_name(v, n - 1), count)``, count the elements it averages;
 - the region's other nodes are erased.
 
 The block (slices, parts, running sums, merges) is placed where the region's last node was;
@@ -52,11 +54,13 @@ from torch.fx.node import map_arg
 from ..capture.joint import copy_joint, op_types
 from ..capture.to_graph import categorize
 from ..errors import PlanError
-from ..graph.fission import SUM, Fission, part_name, slice_name, sum_name
+from ..graph.fission import MEAN, MERGED, Fission, part_name, slice_name, sum_name
 
 aten = torch.ops.aten
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default)
+_MEAN_PARTS = {aten.mean.dim: aten.sum.dim_IntList, aten.mean.default: aten.sum.default}
+"""The op a part of a mean over the split dimension runs (:data:`~remat.graph.fission.MEAN`)."""
 _VALUE_META = ("val", "tensor_meta", "unbacked_bindings")
 """Meta a new node must not inherit: its value, and what is derived from the value."""
 
@@ -111,7 +115,7 @@ class _Unroll:
             self._check_readers(v)
         anchor = self.region[-1].next  # the block goes where the region's last node was
         outputs = [v for v in self.region if v.name in self.f.outputs]
-        sums = [v for v in outputs if self.f.outputs[v.name] == SUM]
+        sums = [v for v in outputs if self.f.outputs[v.name] in MERGED]
         running: dict[fx.Node, fx.Node] = {}
         with self.graph.inserting_before(anchor):
             for k in range(self.n):
@@ -120,7 +124,7 @@ class _Unroll:
                 for v in sums:
                     running[v] = self._running_sum(v, k, running.get(v), anchor)
         for v in outputs:
-            if self.f.outputs[v.name] != SUM:
+            if self.f.outputs[v.name] not in MERGED:
                 self._cat(v, anchor)
         for v in reversed(self.region):
             if v.name not in self.f.outputs:
@@ -168,6 +172,8 @@ class _Unroll:
         kwargs = map_arg(v.kwargs, self._remap(k, v))
         args, kwargs = _part_sizes(v, args, kwargs, self.f.axis[v.name], self.n)
         target = v.target
+        if self.f.outputs.get(v.name) == MEAN:
+            target = _MEAN_PARTS[target]  # a mean's part is a sum over the same dims
         if target in _VIEWS and not _viewable(args[0], args[1]):
             target = aten._reshape_copy.default  # a slice no strides can view: copy it
         node = self._new(target, args, kwargs, part_name(v.name, k), v)
@@ -180,8 +186,13 @@ class _Unroll:
         part = self.parts[v][k]
         if k == 0:
             return part
-        if k < self.n - 1:
-            return self._new(aten.add.Tensor, (prev, part), {}, sum_name(v.name, k), v)
+        mean = self.f.outputs[v.name] == MEAN
+        if k < self.n - 1 or mean:
+            total = self._new(aten.add.Tensor, (prev, part), {}, sum_name(v.name, k), v)
+            if k == self.n - 1:  # the mean: the parts' sums over the whole count
+                self._merge(v, aten.div.Scalar, (total, _mean_count(v)), anchor)
+                return v
+            return total
         self._merge(v, aten.add.Tensor, (prev, part), anchor)
         return v
 
@@ -262,7 +273,10 @@ def _check_fission(f: Fission, region: list[fx.Node]) -> None:
         if v.name not in f.axis:
             raise PlanError(f"fission {f.index}: region node {v.name!r} has no axis")
         out = f.outputs.get(v.name)
-        if out is not None and (out == SUM) != (f.axis[v.name] < 0):
+        if out == MEAN and v.target not in _MEAN_PARTS:
+            raise PlanError(f"fission {f.index}: region output {v.name!r} is merged as a mean "
+                            f"but is {_target_name(v.target)}, not aten.mean")
+        if out is not None and (out in MERGED) != (f.axis[v.name] < 0):
             raise PlanError(f"fission {f.index}: region output {v.name!r} has axis "
                             f"{f.axis[v.name]} but merge {out} (a reduce axis is summed, an "
                             "output dimension concatenated)")
@@ -373,6 +387,12 @@ def _check_part(f: Fission, v: fx.Node, part: fx.Node) -> None:
         raise PlanError(f"fission {f.index}: part {part.name!r} of {v.name!r} gives "
                         f"{_describe(val)}, not {tuple(want)} {full.dtype} (is {v.name!r} "
                         f"splittable along {axis}?)")
+
+
+def _mean_count(v: fx.Node) -> float:
+    """How many elements mean ``v`` averages: its input's numel over its own."""
+    x, out = v.args[0].meta["val"], v.meta["val"]
+    return float(x.numel() // max(out.numel(), 1))
 
 
 def _set_val(node: fx.Node, val) -> None:

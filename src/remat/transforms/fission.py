@@ -38,7 +38,7 @@ from typing import Iterable, Sequence
 
 from ..errors import PlanError
 from ..graph.dims import Component, axis_length, links
-from ..graph.fission import SUM, Fission, part_name, slice_name, sum_name
+from ..graph.fission import MEAN, MERGED, SUM, Fission, part_name, part_op, slice_name, sum_name
 from ..graph.graph import Graph, Node
 
 MAX_PARTS = 16
@@ -73,7 +73,7 @@ def fission(g: Graph, component: Component, nodes: Iterable[str], n: int = 1, *,
                 shared.add(u)
         node = g[v]
         if node.is_output or node.backward_output or any(w.name not in inside for w in g.users(v)):
-            outputs[v] = axis[v] if axis[v] >= 0 else SUM
+            outputs[v] = axis[v] if axis[v] >= 0 else MEAN if node.op.startswith("mean.") else SUM
     both = shared & set(sliced)
     if both:
         raise PlanError(f"input {sorted(both)[0]!r} of the region is sliced for one reader and "
@@ -228,7 +228,7 @@ def _block(g: Graph, f: Fission) -> list[Node]:
     """Slices and parts, part by part; a summed output adds each part in as soon as it is
     computed (so one partial sum is alive, not n), a concatenated one after the last part."""
     out: list[Node] = []
-    summed = [v for v, d in f.outputs.items() if d == SUM]
+    summed = [v for v, d in f.outputs.items() if d in MERGED]
     for k in range(f.n):
         for u, dim in f.sliced.items():
             out.append(_slice(g[u], dim, f, k))
@@ -236,7 +236,8 @@ def _block(g: Graph, f: Fission) -> list[Node]:
             out.append(_part(g[v], f, k))
         if k:
             out.extend(_sum_step(g[v], f, k) for v in summed)
-    out.extend(_cat(g[v], f) for v, d in f.outputs.items() if d != SUM)
+    out.extend(_mean(g[v], f) for v, d in f.outputs.items() if d == MEAN)
+    out.extend(_cat(g[v], f) for v, d in f.outputs.items() if d not in MERGED)
     return out
 
 
@@ -272,7 +273,7 @@ def _part(v: Node, f: Fission, k: int) -> Node:
         meta["dims"] = [[_rename(u, f, k), i, ax] for u, i, ax in v.meta["dims"]]
     meta["fission_part"] = [v.name, k]
     spatial = a >= 0 and not v.meta.get("container")
-    return Node(part_name(v.name, k), v.op, tuple(_rename(u, f, k) for u in v.inputs),
+    return Node(part_name(v.name, k), part_op(v.op) if a < 0 else v.op, tuple(_rename(u, f, k) for u in v.inputs),
                 role=v.role, bytes=v.bytes // f.n if spatial else v.bytes, flops=v.flops / f.n,
                 category=v.category, cost=None if v.cost is None else v.cost / f.n,
                 shape=_part_shape(v.shape, a, f.n), dtype=v.dtype, fusible=v.fusible,
@@ -294,10 +295,11 @@ def _cat(v: Node, f: Fission) -> Node:
 
 
 def _sum_step(v: Node, f: Fission, k: int) -> Node:
-    """Part ``k`` of ``v`` added to the sum of the parts before it; the last step is ``v``."""
+    """Part ``k`` of ``v`` added to the sum of the parts before it; the last step is ``v``
+    (a mean's is ``sum_name(v, n - 1)``, which :func:`_mean` divides)."""
     acc = part_name(v.name, 0) if k == 1 else sum_name(v.name, k - 1)
     numel = float(v.bytes) if not v.shape else float(_prod(v.shape))
-    if k < f.n - 1:
+    if k < f.n - 1 or f.outputs[v.name] == MEAN:
         return Node(sum_name(v.name, k), "add.Tensor", (acc, part_name(v.name, k)), role=v.role,
                     bytes=v.bytes, flops=numel, category="pointwise", shape=v.shape, dtype=v.dtype,
                     meta={"merge": ["sum", k]})
@@ -305,6 +307,16 @@ def _sum_step(v: Node, f: Fission, k: int) -> Node:
                 flops=numel, category="pointwise", shape=v.shape, dtype=v.dtype,
                 must_save=v.must_save, can_save=v.can_save, is_output=v.is_output,
                 backward_output=v.backward_output, meta={**_merged_meta(v), "merge": ["sum", k]})
+
+
+def _mean(v: Node, f: Fission) -> Node:
+    """A mean over the split dimension: the sum of its parts' sums over the whole count."""
+    total = sum_name(v.name, f.n - 1)
+    numel = float(v.bytes) if not v.shape else float(_prod(v.shape))
+    return Node(v.name, "div.Scalar", (total,), role=v.role, bytes=v.bytes, flops=numel,
+                category="pointwise", shape=v.shape, dtype=v.dtype, must_save=v.must_save,
+                can_save=v.can_save, is_output=v.is_output, backward_output=v.backward_output,
+                meta={**_merged_meta(v), "merge": ["mean", f.n]})
 
 
 def _prod(shape) -> int:

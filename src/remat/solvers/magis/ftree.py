@@ -27,7 +27,7 @@ from math import prod
 
 import networkx as nx
 
-from ...graph.dims import Component, axis_length, dim_graph, label_side
+from ...graph.dims import Component, axis_length, dim_graph, label_side, links
 from ...graph.fission import Fission
 from ...graph.graph import Graph
 from ...transforms.fission import MAX_PARTS, fission, illegal
@@ -41,6 +41,9 @@ COMPONENT_SHARE = 0.5
 except the :data:`MIN_COMPONENTS` largest."""
 
 MIN_COMPONENTS = 3
+
+UP = 2
+"""How many dominators above a band's lowest one also give candidate regions."""
 
 _ROOT = "\0root"
 
@@ -154,8 +157,15 @@ def _candidates(g: Graph, comp: Component, hot: set[str], levels: int) -> list[F
         for v in sorted(band, key=g.index):
             if any(w in band for w in des[v] if w != v):
                 continue
-            sub = regions[v]
-            for nodes, label in _finer(g, comp, sub, f"{comp.id}:{v}"):
+            # also with the dominator itself, and its own dominators a few steps up: the
+            # producer of the largest value (an LM head's logits, read only by the loss)
+            # must be in the region for it to be computed in parts
+            bases = []
+            for u in _up(v, idom, members, UP):
+                bases.append((regions[u], f"{comp.id}:{u}"))
+                if g[u].role != "tangent" and any(b == comp.axis[u] for _, _, b in links(g[u])):
+                    bases.append((regions[u] | {u}, f"{comp.id}:{u}+"))
+            for nodes, label in (x for base in bases for x in _finer(g, comp, *base)):
                 try:
                     f = fission(g, comp, nodes, 1, label=label)
                 except PlanError:
@@ -164,6 +174,18 @@ def _candidates(g: Graph, comp: Component, hot: set[str], levels: int) -> list[F
                 if ds and illegal(g, f.with_n(ds[0])) is None:
                     out.append(f)
     return out
+
+
+def _up(v: str, idom: dict, members: list[str], steps: int) -> list[str]:
+    """``v`` and its dominators up to ``steps`` above it, members of the component."""
+    chain = [v]
+    inside = set(members)
+    while len(chain) <= steps:
+        d = idom.get(chain[-1])
+        if d is None or d == chain[-1] or d not in inside:
+            break
+        chain.append(d)
+    return chain
 
 
 def _absorb(g: Graph, region: set[str], apart: list[str], inside: set[str]) -> set[str]:
