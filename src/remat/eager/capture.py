@@ -92,6 +92,7 @@ class BlockCapture:
     reason: str = ""
     device: str = "cpu"
     autocast: tuple = ()
+    replayed: int = -1  # op calls a recomputation runs before it has every saved value (early stop)
     meta: dict = field(default_factory=dict)
 
 
@@ -226,6 +227,16 @@ def _autocast_state() -> tuple:
     return tuple(out)
 
 
+@contextlib.contextmanager
+def _autocast_cache_off():
+    was = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)
+    try:
+        yield
+    finally:
+        torch.set_autocast_cache_enabled(was)
+
+
 def capture_block(forward, args: tuple, kwargs: dict, module: torch.nn.Module) -> BlockCapture:
     """Run ``forward(*args, **kwargs)`` (the block's own forward, without its hooks or wrappers)
     once under the recorder and return its op calls. Never raises for the block's own errors:
@@ -257,9 +268,12 @@ def capture_block(forward, args: tuple, kwargs: dict, module: torch.nn.Module) -
     buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
     packed: dict = {}
 
+    replayed = [0]
+
     def pack(t):
         if isinstance(t, torch.Tensor):
             packed[storage_key(t)] = storage_bytes(t)
+            replayed[0] = len(recorder.ops)
         return t
 
     recorder = _Recorder(known)
@@ -270,6 +284,9 @@ def capture_block(forward, args: tuple, kwargs: dict, module: torch.nn.Module) -
             stack.enter_context(_disable_current_modes())
             stack.enter_context(torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"))
             stack.enter_context(torch.enable_grad())
+            # autocast caches a weight's cast while it is on: the capture must not fill that cache,
+            # or the real forward would find the casts made and run fewer ops than its replay
+            stack.enter_context(_autocast_cache_off())
             stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
             stack.enter_context(recorder)
             out = forward(*args_c, **kwargs_c)
@@ -293,7 +310,8 @@ def capture_block(forward, args: tuple, kwargs: dict, module: torch.nn.Module) -
         if src[0] == "op":
             ops[src[1]].needed = True
     out_bytes = sum(storage_bytes(o) for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor))
-    cap = BlockCapture(ops, input_bytes, eager, out_bytes, device=device, autocast=_autocast_state())
+    cap = BlockCapture(ops, input_bytes, eager, out_bytes, device=device, autocast=_autocast_state(),
+                       replayed=replayed[0])
     if recorder.data_dependent:
         cap.supported = False
         cap.reason = (f"data-dependent control flow: {recorder.data_dependent} passes a tensor's value "

@@ -10,7 +10,8 @@ The memory model is SAC's (``torch.utils.checkpoint`` with
 
 - a checkpointed block holds, from its forward to its backward, its inputs (that need grad)
   and the outputs of the ops marked ``MUST_SAVE``; its backward re-runs every other op of the
-  block (views and random ops included: the replay restores the RNG state, so a random op
+  block up to the last one that autograd saves a value for (checkpointing's early stop),
+  views and random ops included (the replay restores the RNG state, so a random op
   is always recomputed, never saved: a saved one would not draw its numbers again and the
   masks of the random ops after it would shift);
 - while a block's backward runs it holds what eager holds for it (the values autograd
@@ -103,10 +104,20 @@ def block_graph(cap, name: str = "block") -> Graph:
     return Graph(nodes, name=name)
 
 
+def replayed(cap) -> int:
+    """How many op calls a recomputation of the block runs: non-reentrant checkpointing stops
+    replaying once autograd has saved every value it saved in the forward, so the ops after
+    the last one that saves something never run again."""
+    r = getattr(cap, "replayed", -1)
+    return len(cap.ops) if r is None or r < 0 else min(int(r), len(cap.ops))
+
+
 def _candidates(cap) -> list[int]:
-    """Op calls SAC may save: fresh outputs (not views, not in-place), not random, and not
-    written into later (SAC's cache checks the version counter)."""
-    return [i for i, op in enumerate(cap.ops)
+    """Op calls SAC may save: fresh outputs (not views, not in-place), not random, not
+    written into later (SAC's cache checks the version counter), and replayed (saving an op
+    the replay never reaches spares nothing)."""
+    n = replayed(cap)
+    return [i for i, op in enumerate(cap.ops[:n])
             if op.fresh and op.bytes > 0 and op.category not in ("view", "random")
             and not op.mutates and not op.mutated_later]
 
@@ -139,15 +150,14 @@ def _gradients(cap) -> int:
 
 
 def _live(cap, saved) -> int:
-    needed = sum(op.bytes for op in cap.ops if op.needed)
     extra = sum(cap.ops[i].bytes for i in saved if not cap.ops[i].needed)
-    return max(cap.eager_bytes, cap.input_bytes + needed) + extra + _gradients(cap)
+    return cap.eager_bytes + extra + _gradients(cap)
 
 
 def block_frontier(cap, costs: list[float]) -> tuple[list[Point], Point, Point]:
     """The block's Pareto points (held bytes vs recompute seconds), unwrapped first, then by
     held bytes descending; and the full-checkpointing and save-what-autograd-saves points."""
-    total = sum(costs)
+    total = sum(costs[:replayed(cap)])
     cand = _candidates(cap)
     order = sorted(cand, key=lambda i: (-(costs[i] / max(cap.ops[i].bytes, 1)), i))
     points = []

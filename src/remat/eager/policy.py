@@ -17,6 +17,7 @@ the recomputation reads SAC's cache, so a plan that changes between steps never 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 from functools import partial
@@ -83,6 +84,7 @@ class Planner:
         self.strict = bool(strict)
         self.profile = profile
         self.offload = offload
+        self.single = bool(single)
         self.blocks = [("", model)] if single else find_blocks(model, blocks)
         if not self.blocks:
             raise OptionError(f"no blocks found in {type(model).__name__}: name them with blocks= (a class, "
@@ -228,10 +230,13 @@ class Planner:
             if bp is None or not bp.supported:
                 continue
             names.append(name)
-            fronts.append(bp.frontier)
+            # one block alone (remat.policy(block, x)): its budget is of what it holds until its
+            # backward, the rest of the step being the caller's
+            fronts.append([dataclasses.replace(p, live=0) for p in bp.frontier] if self.single else bp.frontier)
             plans.append(bp)
         eager = step_peak([f[0] for f in fronts], self.outside)
-        full = step_peak([bp.full for bp in plans], self.outside)
+        full = step_peak([dataclasses.replace(bp.full, live=0) if self.single else bp.full for bp in plans],
+                         self.outside)
         b = self.budget
         if b is None:
             target, asked = full, "full checkpointing's peak"
