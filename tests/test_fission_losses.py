@@ -162,3 +162,41 @@ def test_label_smoothing_splits_too():
     g, f = _token_fission(joint, 3)
     assert illegal(g, f) is None
     _assert_same(joint, fission_joint(joint.gm, [f]), _args(joint, x, labels))
+
+
+def test_a_tiny_llama_runs_its_head_and_loss_in_token_parts_through_remat_compile():
+    """``budget="min"`` on a Llama whose logits dominate: the plan splits the LM head and
+    its loss (along the tokens or the batch, as the search finds), and training with it
+    gives eager's loss and gradients."""
+    transformers = pytest.importorskip("transformers")
+    import remat
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=4096, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=1, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(cfg)
+    ids = torch.randint(0, 4096, (2, 64))
+    labels = ids.clone()
+    labels[0, :20] = -100
+
+    def loss(m):
+        return m(input_ids=ids, labels=labels).loss
+
+    want = loss(model)
+    want.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    plans = []
+    step = remat.compile(model, budget="min", compiler="eager", cache=False,
+                         on_plan=lambda g, p: plans.append(p))
+    got = loss(step)
+    got.backward()
+    assert plans and plans[0].fissions, [p.solver for p in plans]
+    split = plans[0].graph
+    head = [n for n in split.nodes if "__part" in n.name and n.op == "mm.default"
+            and n.role == "forward" and n.meta.get("module", "").endswith("lm_head")]
+    assert head, f"the LM head's matmul runs in parts: the whole logits never exist\n{plans[0]}"
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[k], rtol=1e-4, atol=1e-6, msg=k)

@@ -32,7 +32,7 @@ starts a group of its own only where every user group already holds ``v`` on ano
 ``v``'s axes are visited in the order 0, 1, ..., then -1, -2, ...
 
 **Label-side values** (:func:`label_side`): a value computed only from the step's integer or
-boolean inputs (labels, token ids, masks), no larger than the largest of them, is in no
+boolean inputs (labels, token ids, masks), about as large as the largest of them, is in no
 component. A region never splits it: it is computed whole before any region, at no more than
 its inputs' memory, and a region slices it or shares it. This is what lets a loss's backward
 join its forward along the tokens: mean cross-entropy's count of valid targets (``sum(labels
@@ -187,11 +187,16 @@ class _Lengths:
 
 _FLOATING = ("float", "bfloat", "half", "complex")
 
+LABEL_SIDE_GROWTH = 2
+"""How much larger than the largest integer input it comes from a label-side value may be
+(labels padded by one for the shift of a causal LM's loss, int32 ids widened to int64)."""
+
 
 def label_side(g: Graph) -> frozenset[str]:
     """The label-side values of ``g`` (module docstring): ops whose every ancestor placeholder
-    is a step input (not a parameter or tangent) of integer or boolean dtype, with no more
-    bytes than the largest of those placeholders (memoized per graph)."""
+    is a step input (not a parameter or tangent) of integer or boolean dtype, with at most
+    :data:`LABEL_SIDE_GROWTH` times the bytes of the largest of those placeholders (memoized
+    per graph)."""
     return g._derived("label_side", _label_side)
 
 
@@ -209,7 +214,7 @@ def _label_side(g: Graph) -> frozenset[str]:
         if n.category == "random" or any(u not in data for u in n.inputs):
             continue
         largest = max(data[u] for u in n.inputs)
-        if n.bytes <= largest:
+        if n.bytes <= LABEL_SIDE_GROWTH * largest:
             data[n.name] = largest
     return frozenset(v for v in data if g[v].inputs)
 
