@@ -4,7 +4,9 @@
 # On one GPU in about 10 minutes: preflight (versions, PyTorch's ao op schemas, the measured
 # host link), an offload micro-test (MLP, U-Net; eager compiler and inductor) and GPT-2 with
 # one process per variant (no-recompute, PyTorch's knob 0.4, PyTorch's offloading, remat auto
-# 0.4, swap 0.7, swap-recompute 0.4, magis 0.4). --cpu runs the same stages on a CPU, with
+# 0.4, swap 0.7, swap-recompute 0.4, magis 0.4), then the eager stage (issue 32: GPT-2 without
+# torch.compile: no checkpointing, full checkpointing, op SAC, offload-everything, remat.checkpoint;
+# alone: --stages preflight,eager). --cpu runs the same stages on a CPU, with
 # PyTorch's ao ops on CPU stand-ins. Writes OUT/preflight.json, OUT/rows.jsonl and prints a
 # table; `python benchmarks/gpu_check.py --help` lists the options.
 set -euo pipefail

@@ -316,3 +316,80 @@ def run(args):
     print("\n" + harness.markdown_table(shown, COLUMNS))
     return harness.Result(rows, {"checks": found, "wall_s": wall, "size": args.size,
                                  "threads": torch.get_num_threads()}, printed=True)
+
+
+# -- the GPU check's eager stage (benchmarks/gpu_check.sh, remat.bench.gpu_check) ---------------
+
+GPU_CHECK_VARIANTS: list[dict] = [
+    {"name": "eager-none", "method": "none"},
+    {"name": "eager-full", "method": "full"},
+    {"name": "eager-op-sac", "method": "op-sac"},
+    {"name": "eager-offload-all", "method": "offload-all"},
+    {"name": "eager-remat-full-peak", "method": "remat", "budget": None},
+    {"name": "eager-remat-0.5", "method": "remat", "budget": 0.5},
+    {"name": "eager-remat-min", "method": "remat", "budget": "min"},
+]
+"""The GPU check's eager stage on GPT-2 (transformers, no torch.compile): no checkpointing,
+transformers' full checkpointing, op SAC, offload-everything (pinned host buffers and a side
+stream on a GPU), and ``remat.checkpoint`` at full checkpointing's peak (``budget=None``), at 0.5
+and at ``min``."""
+
+
+def run_gpu_check_variant(spec: dict, row, case) -> None:
+    """One eager variant of the GPU check in this process (called by
+    :func:`remat.bench.gpu_check.run_variant` for ``stage == "eager"``): ``row`` gets the first
+    step's seconds, the gradients' difference from no checkpointing under the same seed, the peak
+    above the step's start (CUDA allocator: allocated and reserved; CPU: the profiler's records),
+    the median step, the host bytes offloading took and remat's plan. ``case``: the GPT-2 case."""
+    from . import measure as M
+    from .gpu_check import cuda_peaks
+
+    device = spec["device"]
+    cuda = device.startswith("cuda")
+    inner = _inner(case.model)
+    if inner is not None:
+        inner.config.use_cache = False
+    inputs = case.inputs
+    row.save(case=case.description, batch=case.batch, phase="eager reference")
+    ref_model = copy.deepcopy(case.model)
+    harness.make_step(ref_model, ref_model, inputs, grads="none", seed=SEED)()
+    ref = [None if p.grad is None else p.grad.detach().float().cpu() for p in ref_model.parameters()]
+    del ref_model
+    M.free_memory(device, reset_dynamo=False)
+
+    model = copy.deepcopy(case.model)
+    method, setting = spec["method"], spec.get("budget")
+    kept = apply(model, method, setting, device)
+    step = harness.make_step(model, model, inputs, grads="keep", seed=SEED)
+    row.save(phase="first step")
+    t0 = time.perf_counter()
+    step()
+    M._sync(device)
+    row["first_s"] = time.perf_counter() - t0
+    got = [None if p.grad is None else p.grad.detach().float().cpu() for p in model.parameters()]
+    err, rel = _grad_errors(got, ref)
+    fields: dict = {"grad_err": err, "grad_rel": rel}
+    if kept.get("remat"):
+        s = model.remat_summary()
+        fields.update(pred_fraction=s.peak / s.peak_eager if s.peak_eager else None,
+                      plans="; ".join(f"{r.cls} x{len(r.blocks)} {r.plan}" for r in s.rows), summary=str(s))
+    row.save(phase="measuring", **fields)
+    if not spec.get("steps"):
+        row["status"] = "ok"
+        return
+    if cuda:
+        step()
+        alloc, resv = cuda_peaks(step, device)
+    else:
+        pm = M.peak_memory(step, device, warmup=1, timeline=False, held=harness.held(model, inputs))
+        alloc, resv = pm.peak_bytes, None
+    extra = {}
+    if kept.get("offloader") is not None:
+        off = kept["offloader"]
+        extra = {"host_bytes": off.host_peak_bytes, "offloads": off.stats.offloaded}
+    row.save(phase="timing", peak_bytes=alloc, reserved_bytes=resv, **extra)
+    t = M.step_time({spec["name"]: step}, repeats=int(spec["steps"]), warmup=1, device=device)[spec["name"]]
+    if t.error:
+        raise RuntimeError(t.error)
+    row.save(step_ms=t.median_s * 1e3, step_ms_min=min(t.samples) * 1e3 if t.samples else None,
+             status="ok", phase="done")

@@ -14,6 +14,11 @@ Stages:
    (``torch-mincut`` with ``activation_memory_budget = 0.4``), PyTorch's offloading
    (``torch-offload``: every saved activation marked), remat's ``auto`` 0.4, ``swap`` 0.7,
    ``swap-recompute`` 0.4 and ``magis`` 0.4 (``strict=True``, a short ``time_limit``).
+4. **eager** (issue 32): the same GPT-2 without ``torch.compile``, one variant per process
+   (:data:`remat.bench.eager.GPU_CHECK_VARIANTS`): no checkpointing, transformers' full
+   checkpointing, op SAC, offload-everything (pinned host buffers, a side stream) and
+   ``remat.checkpoint`` at full checkpointing's peak, 0.5 and ``min``
+   (:func:`remat.bench.eager.run_gpu_check_variant`). ``--stages preflight,eager`` runs it alone.
 
 Every variant runs in a process of its own (:func:`run_isolated`) with a timeout, so a crash
 (a freed buffer reused by a compiled kernel is a segfault or an illegal memory access) or a
@@ -91,7 +96,7 @@ OFFLOAD_BUDGET = "min"
 """The micro-test's budget for ``swap``: the least memory it reaches (the zoo's ``tiny`` MLP
 cannot meet 0.5)."""
 
-STAGES = ("preflight", "offload", "gpt2")
+STAGES = ("preflight", "offload", "gpt2", "eager")
 
 
 # -- preflight --------------------------------------------------------------------------------
@@ -288,7 +293,7 @@ def run_variant(spec: dict, path: str | None = None) -> dict:
     from ..errors import RematFallbackWarning
     from . import measure as M
     from .methods import parse_method
-    from .runner import _graph_caches_off
+    from .measure import graph_caches_off as _graph_caches_off
 
     row = _Row(path, stage=spec.get("stage"), variant=spec["name"], method=spec["method"],
                compiler=spec["compiler"], device=spec["device"], status="started", phase="setup")
@@ -312,7 +317,11 @@ def run_variant(spec: dict, path: str | None = None) -> dict:
     with warnings.catch_warnings(record=True) as caught, _graph_caches_off(kernel_cache=True):
         warnings.simplefilter("always")
         try:
-            _run(spec, row, torch, M, parse_method)
+            if spec.get("stage") == "eager":
+                from .eager import run_gpu_check_variant
+                run_gpu_check_variant(spec, row, _case(spec))
+            else:
+                _run(spec, row, torch, M, parse_method)
         except Exception as e:  # noqa: BLE001 - the row says what failed, and where
             row["status"] = M.error_status(e)
             row["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-2500:]
@@ -517,6 +526,14 @@ def _variants(args) -> list[dict]:
             method = v["method"].replace(f"time_limit={TIME_LIMIT:g}", f"time_limit={args.time_limit:g}")
             specs.append({**base, **v, "method": method, "stage": "gpt2", "model": model,
                           "compiler": args.compiler, "steps": args.steps})
+    if "eager" in args.stages:
+        from .eager import GPU_CHECK_VARIANTS
+
+        dims = GPT2_CPU if cpu else GPT2_GPU
+        model = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in dims.items()}
+        for v in GPU_CHECK_VARIANTS:
+            specs.append({**base, **v, "standin": False, "stage": "eager", "model": model,
+                          "compiler": "none", "steps": args.steps})
     return specs
 
 
