@@ -178,4 +178,4 @@ def test_a_plan_with_fissions_goes_through_its_json_and_back():
     assert q.fissions == p.fissions and q.graph.meta["fissions"] == d["fissions"]
     assert q.to_dict() == d
     assert simulate(q.schedule()).peak_bytes == p.peak_bytes
-    assert "split in" in q.summary()
+    assert "split: " in q.summary() and f" in {q.fissions[0].n} " in q.summary()

@@ -31,6 +31,7 @@ from ..errors import PlanError
 from ..graph.fission import Fission
 from ..graph.graph import Graph
 from .budget import format_bytes
+from .fission_text import describe_fission
 from .phases import split_schedule
 from .saved_set import backward_work
 from .schedule import Schedule, Statement, schedule_from_saved_set
@@ -410,10 +411,10 @@ class Plan:
             lines.append(f"  offloaded to host memory: {len(off)} values{copies}{over}")
             lines += [f"    {line}" for line in offload_reasons(self)[:limit]]
         for f in self.fissions:
-            axes = sorted(set(f.axis.values()))
             outs = ", ".join(list(f.outputs)[:4]) + (", ..." if len(f.outputs) > 4 else "")
-            lines.append(f"  split in {f.n} parts along a dimension of length {f.length}: "
-                         f"{len(f.nodes)} nodes (axes {axes}), outputs {outs}")
+            what = describe_fission(self.graph, f) if self.graph is not None else f"{f.n} parts"
+            lines.append(f"  split: {what} (a dimension of length {f.length}; {len(f.nodes)} "
+                         f"ops, merged at {outs})")
         acts = self.saved_activations
         held = len(self.saved) - len(acts)
         lines.append(f"  saved for the backward: {len(acts)} activations, "
