@@ -328,3 +328,28 @@ def test_baseline_peaks_order(net):
 
         peaks[name] = peak_memory(step).peak_bytes
     assert peaks["full"] < peaks["op-sac"] <= 1.05 * peaks["none"], peaks
+
+
+# -- the benchmark's targets (remat.bench.eager.checks) ---------------------------------------
+
+def test_benchmark_checks():
+    from remat.bench.eager import checks
+
+    def r(method, fraction, time, warned=None):
+        return {"model": "m", "method": method, "fraction": fraction, "time": time, "warned": warned}
+
+    rows = [r("none", 1.0, 1.0), r("full", 0.30, 1.40), r("op-sac", 0.50, 1.60),
+            r("remat 0.8", 0.79, 1.10), r("remat 0.4", 0.45, 1.30), r("remat 0.2", 0.31, 1.35, "least 0.31"),
+            r("remat min", 0.31, 1.36)]
+    got = {c["check"]: c["ok"] for c in checks(rows)}
+    assert got["1. peak within 0.8"] and got["1. peak within 0.2"]  # 0.2: warned
+    assert not got["1. peak within 0.4"]  # 0.45 over 0.4 without a warning
+    assert got["2. faster at full's peak"]  # remat 0.2: 0.31 (within 2% of 0.30) at 1.35x < 1.40x
+    assert got["3. least <= 1.05x full's"]
+    assert got["4. fastest remat at or below op SAC's peak"]
+    assert got["4. <= op SAC's time (remat 0.8)"]  # n/a: above op SAC's peak
+    rows[-1]["fraction"] = rows[-2]["fraction"] = 0.40
+    rows[-2]["time"] = rows[-1]["time"] = 1.7
+    got = {c["check"]: c["ok"] for c in checks(rows)}
+    assert not got["3. least <= 1.05x full's"]  # 0.40 vs 0.30
+    assert not got["4. <= op SAC's time (remat min)"]  # 0.40 <= 0.50 but 1.7x > 1.6x
