@@ -312,7 +312,7 @@ def test_summary_lists_saved_and_recomputed_ops():
     text = str(s)
     assert "Block x" in text and "saved:" in text and "recomputed:" in text
     assert "of no checkpointing" in text and "full checkpointing" in text
-    assert s.peak_full < s.peak <= s.peak_eager
+    assert s.peak_full <= s.peak <= 0.5 * s.peak_eager + 1
     assert 1.0 < s.time_ratio < s.time_ratio_full
 
 

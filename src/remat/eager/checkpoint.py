@@ -93,6 +93,7 @@ def _checkpointed_forward(planner: Planner, name: str, module, forward, *args, *
         with ctx if ctx is not None else contextlib.nullcontext():
             return forward(*args, **kwargs)
     table = frozenset((bp.capture.ops[i].func, bp.capture.ops[i].index) for i in point.saved)
+    # saving nothing is plain checkpointing (Planner.context_fn returns no dispatch mode then)
     return _torch_checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True,
                              context_fn=functools.partial(planner.context_fn, table), **kwargs)
 

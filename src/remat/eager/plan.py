@@ -122,8 +122,12 @@ def _candidates(cap) -> list[int]:
             and not op.mutates and not op.mutated_later]
 
 
-def block_plan(key: tuple, cls: str, cap, profile: DeviceProfile | None = None) -> BlockPlan:
-    """Cost a captured block and compute its frontier (unsupported blocks get none)."""
+def block_plan(key: tuple, cls: str, cap, profile: DeviceProfile | None = None,
+               sac_overhead: float = 0.0) -> BlockPlan:
+    """Cost a captured block and compute its frontier (unsupported blocks get none).
+    ``sac_overhead``: seconds SAC's dispatch modes add per op call of a block (its policy and
+    cache run in Python for every op, in the forward and in the replay); a block that saves
+    nothing runs under plain checkpointing and pays none."""
     bp = BlockPlan(key, cls, cap)
     if not bp.supported:
         return bp
@@ -138,7 +142,7 @@ def block_plan(key: tuple, cls: str, cap, profile: DeviceProfile | None = None) 
     bp.graph, bp.costs = g, costs
     bp.forward_seconds = sum(costs)
     bp.backward_seconds = sum(all_costs[j] for j, n in enumerate(g.nodes) if n.role == "backward")
-    bp.frontier, bp.full, bp.least_saved = block_frontier(cap, costs)
+    bp.frontier, bp.full, bp.least_saved = block_frontier(cap, costs, sac_overhead)
     return bp
 
 
@@ -154,9 +158,11 @@ def _live(cap, saved) -> int:
     return cap.eager_bytes + extra + _gradients(cap)
 
 
-def block_frontier(cap, costs: list[float]) -> tuple[list[Point], Point, Point]:
+def block_frontier(cap, costs: list[float], sac_overhead: float = 0.0) -> tuple[list[Point], Point, Point]:
     """The block's Pareto points (held bytes vs recompute seconds), unwrapped first, then by
-    held bytes descending; and the full-checkpointing and save-what-autograd-saves points."""
+    held bytes descending; and the full-checkpointing and save-what-autograd-saves points.
+    A point that saves something runs under SAC and pays ``sac_overhead`` per op call."""
+    sac = sac_overhead * len(cap.ops)
     total = sum(costs[:replayed(cap)])
     cand = _candidates(cap)
     order = sorted(cand, key=lambda i: (-(costs[i] / max(cap.ops[i].bytes, 1)), i))
@@ -169,11 +175,11 @@ def block_frontier(cap, costs: list[float]) -> tuple[list[Point], Point, Point]:
         held += cap.ops[i].bytes
         spared += costs[i]
         s = frozenset(saved)
-        points.append(Point(s, held, _live(cap, s), max(total - spared, 0.0)))
+        points.append(Point(s, held, _live(cap, s), max(total - spared, 0.0) + sac))
     full = points[0]
     needed = frozenset(i for i in cand if cap.ops[i].needed)
     least_saved = Point(needed, cap.input_bytes + sum(cap.ops[i].bytes for i in needed), _live(cap, needed),
-                        total - sum(costs[i] for i in needed), label="autograd's")
+                        total - sum(costs[i] for i in needed) + sac, label="autograd's")
     eager = Point(frozenset(), cap.eager_bytes, cap.eager_bytes + _gradients(cap), 0.0, unwrapped=True,
                   label="unwrapped")
     # Pareto filter: less held must cost more time; unwrapped (0 s) dominates what holds more

@@ -46,6 +46,38 @@ def device_profile(device: str = "cpu"):
     return _profiles[kind]
 
 
+def sac_overhead() -> float:
+    """Seconds selective checkpointing adds per op call over plain checkpointing on this machine
+    (its dispatch modes run Python for every op in the forward and in the replay): measured
+    once per process on a chain of small ops."""
+    if "sac" not in _profiles:
+        import time
+
+        x = torch.ones(8, 8, requires_grad=True)  # no random draw: the step's masks stay
+
+        def chain(t):
+            for _ in range(100):
+                t = t * 1.0001
+            return t
+
+        def recompute_all(ctx, func, *args, **kwargs):
+            return CheckpointPolicy.PREFER_RECOMPUTE
+
+        def run(sac: bool) -> float:
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter()
+                kw = {"context_fn": lambda: create_selective_checkpoint_contexts(recompute_all)} if sac else {}
+                torch.utils.checkpoint.checkpoint(chain, x, use_reentrant=False, **kw).sum().backward()
+                best = min(best, time.perf_counter() - t0)
+            return best / 100
+
+        with torch.random.fork_rng(devices=[]):
+            run(False), run(True)
+            _profiles["sac"] = max(run(True) - run(False), 0.0)
+    return _profiles["sac"]
+
+
 def _sig(x):
     if isinstance(x, torch.Tensor):
         return ("T", tuple(x.shape), str(x.dtype), x.device.type, bool(x.requires_grad))
@@ -78,13 +110,15 @@ class Planner:
     """The blocks of one model, their plans (cached by call signature) and the step's choice."""
 
     def __init__(self, model: torch.nn.Module, *, budget=None, blocks=None, strict: bool = False,
-                 profile=None, offload: bool | str = False, single: bool = False) -> None:
+                 profile=None, offload: bool | str = False, single: bool = False,
+                 sac_overhead_s: float | None = None) -> None:
         self.model = model
         self.budget = None if budget is None else Budget.parse(budget)
         self.strict = bool(strict)
         self.profile = profile
         self.offload = offload
         self.single = bool(single)
+        self.sac_overhead = sac_overhead_s
         self.blocks = [("", model)] if single else find_blocks(model, blocks)
         if not self.blocks:
             raise OptionError(f"no blocks found in {type(model).__name__}: name them with blocks= (a class, "
@@ -193,7 +227,8 @@ class Planner:
                 self._tls.inside = False
             device = getattr(cap, "device", "cpu")
             profile = self.profile or device_profile(device)
-            bp = self.plans[key] = block_plan(key, type(module).__name__, cap, profile)
+            overhead = self.sac_overhead if self.sac_overhead is not None else sac_overhead()
+            bp = self.plans[key] = block_plan(key, type(module).__name__, cap, profile, overhead)
             if not bp.supported:
                 warnings.warn(f"remat leaves {type(module).__name__} blocks ({name or 'the block'}) unwrapped "
                               f"(no checkpointing): {cap.reason}", RematFallbackWarning, stacklevel=3)
@@ -283,8 +318,12 @@ class Planner:
     def context_fn(self, table=None):
         """A ``context_fn`` for ``torch.utils.checkpoint`` (non-reentrant): the SAC contexts of one
         checkpointed call, with the running block's decisions bound at its first op."""
-        state = {"table": table, "counts": {}}
         tls = self._tls
+        if table is None and getattr(tls, "current", None) in self.block_key:
+            table = self.table_for(tls.current)  # transformers >= 5 runs the block's hooks first
+        if table is not None and not table:  # saves nothing: plain checkpointing, no dispatch mode
+            return torch.utils.checkpoint.noop_context_fn()
+        state = {"table": table, "counts": {}}
 
         def policy_fn(ctx, func, *args, **kwargs):
             t = state["table"]
