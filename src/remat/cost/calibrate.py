@@ -1,9 +1,24 @@
-"""Calibrate the cost model: measure this machine's matmul FLOP/s, memory bandwidth and
-per-op overhead, and return them as a :class:`~remat.cost.model.DeviceProfile`.
+"""Calibrate the cost model: measure this machine's per-op fixed cost, matmul and convolution
+FLOP/s at several sizes (the efficiency curves), and memory bandwidth, and return them as a
+:class:`~remat.cost.model.DeviceProfile`.
 
-The datasheet profiles in :data:`remat.cost.model.PROFILES` are settings; the simulator's
-time predictions are only as good as the numbers behind them, so benchmarks use measured
-ones. Each function measures once per process (a second or two) and caches the result.
+The profiles in :data:`remat.cost.model.PROFILES` are settings; the simulator's time
+predictions are only as good as the numbers behind them, so benchmarks use measured ones.
+Each function measures once per process (a few seconds) and caches the result. What is
+measured, in order:
+
+- the fixed cost of one op (``op_seconds``, also ``launch_seconds``): a 16-element ATen
+  ``add`` in a loop, as remat's eager compiler calls ops; a view's (``view_seconds``);
+- the matmul curve: n x n times n x n for n in :data:`MATMUL_SIZES`, each point the FLOP/s
+  of the time above an op's fixed cost; ``peak_flops`` is the largest's;
+- the convolution curve: 3x3 convolutions of :data:`CONV_SHAPES`;
+- bandwidth: a large copy (reads and writes every byte).
+
+On a GPU, :func:`cuda_profile` measures the same with CUDA events (the fixed cost is then
+the launch and the dispatch of a kernel, about 5 us; a small matmul's rate is far below the
+tensor cores' peak until about 2048^3). Use it as ``remat.cost.CostModel(cuda_profile())``
+where predicted times matter; the datasheet defaults of :data:`remat.cost.model.GPU_PROFILES`
+carry the same fields with curves derived from the datasheet (see there).
 
 torch is imported when a device is measured, not before: the cost model stays torch-free.
 
@@ -46,34 +61,124 @@ def _cuda_time(fn) -> float:
     return start.elapsed_time(end) / 1e3
 
 
+MATMUL_SIZES = {"cpu": (16, 32, 64, 128, 256, 512, 1024), "cuda": (64, 128, 256, 512, 1024, 2048, 4096)}
+"""The square matmuls (n x n times n x n) whose FLOP/s make the efficiency curve."""
+
+CONV_SHAPES = {"cpu": ((1, 8, 8), (1, 16, 16), (2, 32, 16), (4, 64, 16), (8, 64, 32)),
+               "cuda": ((1, 16, 16), (4, 32, 32), (8, 64, 32), (16, 128, 32), (32, 256, 32))}
+"""(batch, channels, image side) of the 3x3 convolutions (channels in = out, padding 1) whose
+FLOP/s make the convolution's curve."""
+
+TIMED_SECONDS = {"cpu": 2e-3, "cuda": 2e-4}
+"""Each timing loops a call until it takes about this long, so small calls are timed in bulk."""
+
+
+def _per_call(fn, timer, target: float, repeats: int = 3) -> float:
+    """Seconds of one ``fn()``: the least over ``repeats`` timings of a loop of calls long enough
+    to take about ``target`` seconds."""
+    one = _best(fn, repeats=1, warmup=1, timer=timer)
+    reps = max(1, min(2000, int(target / max(one, 1e-7))))
+
+    def loop():
+        for _ in range(reps):
+            fn()
+
+    return _best(loop, repeats=repeats, warmup=0, timer=timer) / reps
+
+
+def _fixed_seconds(device: str, timer, target: float) -> tuple[float, float]:
+    """(an op's, a view's) fixed seconds: a tiny ATen add, a tiny ATen view, called as the
+    generated code of remat's eager compiler calls them (``torch.ops.aten``)."""
+    import torch
+
+    aten = torch.ops.aten
+    x = torch.ones(16, device=device)
+    op = _per_call(lambda: aten.add.Tensor(x, x), timer, target, repeats=5)
+    view = _per_call(lambda: aten.view.default(x, [4, 4]), timer, target, repeats=5)
+    return op, view
+
+
+def _curve(calls, timer, target: float, fixed: float) -> tuple[tuple[float, float], ...]:
+    """``((flops, FLOP/s), ...)`` of ``calls`` (``(flops, fn)`` ascending): the rate of each
+    call's time above the fixed cost of an op (at least a tenth of its time), made
+    non-decreasing in size (a larger call is never priced at a lower rate: timing noise)."""
+    points = []
+    for flops, fn in calls:
+        t = _per_call(fn, timer, target)
+        points.append((float(flops), flops / max(t - fixed, 0.1 * t)))
+    out, best = [], 0.0
+    for flops, rate in points:
+        best = max(best, rate)
+        out.append((flops, best))
+    return tuple(out)
+
+
 def _measure(device: str, n_matmul: int, copy_bytes: int, dtype=None) -> DeviceProfile:
     import torch
 
     dtype = dtype or torch.float32
-    timer = _cuda_time if device.startswith("cuda") else _perf_counter_time
-    a = torch.randn(n_matmul, n_matmul, device=device, dtype=dtype)
-    b = torch.randn(n_matmul, n_matmul, device=device, dtype=dtype)
-    t = _best(lambda: torch.mm(a, b), repeats=5, timer=timer)
-    flops = 2.0 * n_matmul ** 3 / t
-    a = b = None  # free them before the copy
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    timer = _cuda_time if kind == "cuda" else _perf_counter_time
+    target = TIMED_SECONDS[kind]
+    op, view = _fixed_seconds(device, timer, target)
+
+    def mm(n):
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        return 2.0 * n ** 3, lambda: torch.ops.aten.mm.default(a, b)
+
+    sizes = [n for n in MATMUL_SIZES[kind] if n <= n_matmul]
+    matmul = _curve([mm(n) for n in sizes], timer, target, op)
+
+    def conv(batch, c, side):
+        x = torch.randn(batch, c, side, side, device=device, dtype=dtype)
+        w = torch.randn(c, c, 3, 3, device=device, dtype=dtype)
+        return 2.0 * batch * c * c * 9 * side * side, lambda: torch.ops.aten.convolution.default(
+            x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+
+    convs = _curve([conv(*shape) for shape in CONV_SHAPES[kind]], timer, target, op)
     src = torch.empty(copy_bytes // 4, device=device, dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
     t = _best(lambda: dst.copy_(src), repeats=7, timer=timer)
     bandwidth = 2.0 * src.nbytes / t  # a copy reads and writes every byte
     src = dst = None
-    # fixed cost of one small op: what a tiny kernel costs whatever its size
-    x = torch.ones(16, device=device)
-    reps = 200
-
-    def tiny():
-        for _ in range(reps):
-            torch.add(x, x)
-
-    launch = _best(tiny, repeats=5, timer=timer) / reps
+    moved = _moved_curve(device, timer, target, op, copy_bytes, bandwidth)
     name = "cpu" if device == "cpu" else torch.cuda.get_device_name(torch.device(device))
     # the transient memory of a CPU convolution is the cpu profile's (benchmarks/conv_workspace.py)
     work = PROFILES["cpu"].conv_workspace if device == "cpu" else 0.0
-    return DeviceProfile(f"{name} (measured)", flops, bandwidth, launch, conv_workspace=work)
+    # one kernel of a fusing compiler: on a GPU a launch, about a tiny op's time; on a CPU the
+    # call of a generated kernel or a library call, priced as a tiny ATen op too
+    return DeviceProfile(f"{name} (measured)", matmul[-1][1], bandwidth, op, conv_workspace=work,
+                         op_seconds=op, view_seconds=view, matmul_curve=matmul, conv_curve=convs,
+                         bandwidth_curve=moved)
+
+
+COPY_SIZES = (1 << 16, 1 << 19, 1 << 22, 1 << 24, 1 << 26)
+"""Bytes of each operand of the ATen ``mul`` calls whose rates make the bandwidth curve."""
+
+
+def _moved_curve(device: str, timer, target: float, fixed: float, large: int, bandwidth: float):
+    """``((bytes moved, bytes/s), ...)``: out-of-place ``mul`` of two tensors of each of
+    :data:`COPY_SIZES` bytes up to ``large`` (it reads two and writes one, its output
+    allocated: an op-by-op pointwise kernel), each rate of its time above an op's fixed cost;
+    made non-increasing in size (data that fits a cache moves faster, never slower)."""
+    import torch
+
+    points = []
+    for size in COPY_SIZES:
+        if size > large:
+            break
+        x, y = torch.ones(size // 4, device=device), torch.ones(size // 4, device=device)
+        t = _per_call(lambda: torch.ops.aten.mul.Tensor(x, y), timer, target)
+        points.append((3.0 * size, 3.0 * size / max(t - fixed, 0.1 * t)))
+        x = y = None
+    if not points:
+        return ()
+    out, best = [], 0.0
+    for nbytes, rate in reversed(points):  # each point at least the rate of every larger one
+        best = max(best, rate)
+        out.append((nbytes, best))
+    return tuple(reversed(out))
 
 
 @functools.cache

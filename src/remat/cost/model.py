@@ -2,63 +2,181 @@
 
 Two views of one step, both used by the simulator:
 
-- **additive** (Checkmate, seeds/001 Section 4.10): every op has a cost ``C_i`` and a schedule
-  costs the sum over its compute statements. ``C_i`` is the node's profiled ``cost`` when it
-  has one (Checkmate's graphs do), else a roofline time on a :class:`DeviceProfile`:
-  ``max(flops / peak_flops, (output + input bytes) / bandwidth)`` (each op its own kernel).
+- **additive** (Checkmate, seeds/001 Section 4.10; and how remat's ``eager`` compiler runs a
+  step, every op its own kernel: :attr:`CostModel.per_op`): every op has a cost ``C_i`` and a
+  schedule costs the sum over its compute statements. ``C_i`` is the node's profiled ``cost``
+  when it has one (Checkmate's graphs do), else ``max(arithmetic, (output + input bytes) /
+  bandwidth) + fixed`` on a :class:`DeviceProfile` (a view moves no bytes).
 - **fusion-aware traffic** (seeds/000 Section 3.2): fusible ops (pointwise, reduction, view)
   fuse with their neighbours, so only *materialized* values cost memory traffic: written
   once when computed and read once by each kernel that reads them. A value is materialized
   when it is a primal, an output, not fusible, read by a non-fusible op, or carried from the
-  forward into the backward. The predicted time is ``sum(flops) / peak_flops + traffic / bandwidth``, or the
-  additive cost when the graph carries profiled costs.
+  forward into the backward. The predicted time is ``arithmetic + traffic / bandwidth +
+  kernels * launch_seconds`` (a materialized value is one kernel), or the additive cost when
+  the graph carries profiled costs.
 
-The device numbers are settings: :func:`remat.cost.calibrate.cpu_profile` measures this machine.
+**Per-kernel pricing** (issue 31). A kernel costs a fixed time whatever its size
+(``launch_seconds`` per kernel of a fusing compiler, ``op_seconds`` per op run op by op), and
+a small matmul or convolution reaches a fraction of the device's peak: an op's arithmetic takes
+``flops / rate(flops)``, the rate read off the profile's efficiency curve (``matmul_curve``,
+``conv_curve``: FLOP/s measured at a few sizes of one call, interpolated in log-log space,
+clamped at both ends; ``peak_flops`` without a curve). A region split into n parts
+(fission) runs n kernels of 1/n the work each: it pays n fixed costs and n small-kernel rates
+where the whole paid one, with no rule of fission's own.
+
+The device numbers are settings: :func:`remat.cost.calibrate.cpu_profile` measures this machine
+(and :func:`~remat.cost.calibrate.cuda_profile` a GPU).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
-from ..graph.graph import CATEGORIES, Graph
+from ..graph.graph import CATEGORIES, Graph, Node
 
 _REDUCTION = CATEGORIES.index("reduction")
+
+Curve = tuple  # ((flops of one call, FLOP/s it reaches), ...), ascending in flops
 
 
 @dataclass(frozen=True)
 class DeviceProfile:
+    """A device's numbers. ``peak_flops``: FLOP/s of large matmuls in the training dtype;
+    ``bandwidth``: bytes/s of main memory; ``launch_seconds``: the fixed cost of one kernel of
+    a fusing compiler (launch, or on a CPU the call of a generated kernel); ``conv_workspace``:
+    a convolution's transient bytes as a multiple of its output; ``op_seconds``: the fixed cost
+    of one op run op by op (remat's ``eager`` compiler: ATen dispatch from Python; None: as
+    ``launch_seconds``); ``view_seconds``: that of a view op by op (None: as ``op_seconds``);
+    ``matmul_curve`` / ``conv_curve``: the FLOP/s one call reaches at a few sizes
+    (:data:`Curve`; empty: ``peak_flops`` at every size; a convolution without its own curve
+    reads the matmul's); ``bandwidth_curve``: the bytes/s one op moving that many bytes
+    reaches, ``((bytes, bytes/s), ...)`` (on a CPU, data that fits a cache moves faster than
+    ``bandwidth``, a large copy's; the additive view reads it, empty: ``bandwidth``)."""
+
     name: str
-    peak_flops: float  # FLOP/s reachable by large matmuls in the training dtype
-    bandwidth: float  # bytes/s of main memory
-    launch_seconds: float = 0.0  # fixed cost per kernel
-    conv_workspace: float = 0.0  # transient bytes of a convolution, as a multiple of its output
+    peak_flops: float
+    bandwidth: float
+    launch_seconds: float = 0.0
+    conv_workspace: float = 0.0
+    op_seconds: float | None = None
+    view_seconds: float | None = None
+    matmul_curve: Curve = ()
+    conv_curve: Curve = ()
+    bandwidth_curve: Curve = ()
+
+    @property
+    def op_fixed(self) -> float:
+        """Fixed seconds of one op run op by op."""
+        return self.launch_seconds if self.op_seconds is None else self.op_seconds
+
+    @property
+    def view_fixed(self) -> float:
+        """Fixed seconds of one view op run op by op."""
+        return self.op_fixed if self.view_seconds is None else self.view_seconds
+
+    def rate(self, flops: float, kind: str = "matmul") -> float:
+        """FLOP/s one call of ``flops`` reaches: ``kind`` ``"matmul"`` or ``"conv"`` read
+        their efficiency curve (log-log interpolation, clamped at its ends), anything else
+        ``peak_flops``.
+
+        >>> p = DeviceProfile("t", 100e9, 1e9, matmul_curve=((1e3, 1e9), (1e5, 1e11)))
+        >>> round(p.rate(1e4) / 1e9, 3), p.rate(1e2), p.rate(1e9), p.rate(1e4, "other")
+        (10.0, 1000000000.0, 100000000000.0, 100000000000.0)
+        """
+        curve = self.conv_curve if kind == "conv" and self.conv_curve else \
+            self.matmul_curve if kind in ("matmul", "conv") else ()
+        return curve_rate(curve, flops) if curve else self.peak_flops
+
+    def moved_rate(self, nbytes: float) -> float:
+        """Bytes/s of one op that moves ``nbytes`` (:attr:`bandwidth_curve`, else
+        ``bandwidth``)."""
+        return curve_rate(self.bandwidth_curve, nbytes) if self.bandwidth_curve else self.bandwidth
+
+
+def curve_rate(curve: Curve, flops: float) -> float:
+    """The rate of ``curve`` at ``flops``: linear in log(flops) -> log(rate) between its
+    points, its first point's rate below them and its last point's above."""
+    if flops <= curve[0][0]:
+        return float(curve[0][1])
+    if flops >= curve[-1][0]:
+        return float(curve[-1][1])
+    x = math.log(flops)
+    for (f0, r0), (f1, r1) in zip(curve, curve[1:]):
+        if flops <= f1:
+            t = (x - math.log(f0)) / (math.log(f1) - math.log(f0))
+            return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
+    return float(curve[-1][1])  # not reached
+
+
+def kernel_kind(n: Node) -> str:
+    """Which efficiency curve prices ``n``'s arithmetic: ``"conv"`` (convolutions and their
+    backward), ``"matmul"`` (every other compute-intensive op: matmuls, attention), ``"other"``."""
+    if n.category != "compute":
+        return "other"
+    return "conv" if n.op.startswith("convolution") else "matmul"
+
+
+CPU_MATMUL_SHAPE = ((8.2e3, 0.07), (6.6e4, 0.37), (5.2e5, 0.79), (4.2e6, 1.0))
+"""A CPU matmul's rate as a share of its peak, by the FLOPs of one call (measured here with
+:func:`remat.cost.calibrate.cpu_profile`, one thread: 16^3 reaches 7%, 64^3 79%, 128^3 and
+more the peak, 160-170 GFLOP/s)."""
+
+CPU_CONV_SHAPE = ((7.4e4, 0.04), (1.2e6, 0.23), (9.4e6, 0.44), (7.5e7, 0.93), (6.0e8, 1.0))
+"""A CPU 3x3 convolution's rate as a share of the matmul peak, by FLOPs (measured the same
+way: batch 1 x 8 channels at 8x8 reaches 4%, 8 x 64 at 32x32 the peak)."""
+
+GPU_MATMUL_SHAPE = ((3.4e7, 0.02), (2.7e8, 0.08), (2.1e9, 0.25), (1.7e10, 0.6), (1.4e11, 0.9),
+                    (1.1e12, 1.0))
+"""A GPU matmul's rate as a share of its tensor-core peak, by FLOPs (256^3 ... 8192^3): an
+estimate from cuBLAS's usual times (a 256^3 matmul takes about as long as a launch; the peak
+needs about 4096^3), not measured here. Replace it with a measurement:
+``remat.cost.calibrate.cuda_profile()`` times the same sizes with CUDA events."""
+
+
+def shaped(peak: float, shape) -> Curve:
+    """A :data:`Curve` of ``shape`` (``(flops, share of the peak)`` pairs) at ``peak`` FLOP/s."""
+    return tuple((float(f), float(share) * peak) for f, share in shape)
+
+
+def _gpu(name: str, peak: float, bandwidth: float) -> DeviceProfile:
+    # a kernel's launch and dispatch: about 5 us from PyTorch; op by op the same
+    return DeviceProfile(name, peak, bandwidth, 5e-6, matmul_curve=shaped(peak, GPU_MATMUL_SHAPE))
 
 
 PROFILES = {
     # datasheet numbers: dense TF32 tensor-core throughput and HBM bandwidth
-    "a100": DeviceProfile("a100", 156e12, 1.555e12, 4e-6),
-    "h100": DeviceProfile("h100", 378e12, 3.35e12, 4e-6),
-    "v100": DeviceProfile("v100", 15.7e12, 0.9e12, 4e-6),
+    "a100": _gpu("a100", 156e12, 1.555e12),
+    "h100": _gpu("h100", 378e12, 3.35e12),
+    "v100": _gpu("v100", 15.7e12, 0.9e12),
     # a 2-core x86 machine: ~50 GFLOP/s fp32 matmul, ~8 GB/s copy (remat.cost.calibrate measures yours)
     # (measured here with benchmarks/conv_workspace.py: a CPU convolution allocates one more
     # buffer of its output's size while it runs, its backward buffers of grad_output's and
-    # the input's sizes; either a weight-sized one when the weight is larger)
-    "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6, conv_workspace=1.0),
+    # the input's sizes; either a weight-sized one when the weight is larger). An op run op by
+    # op costs 2.5 us here (remat's eager compiler: a chain of 400 tiny ops, per compute; an
+    # ATen add alone 2.1 us), a kernel of inductor's about 2 us; small matmuls and
+    # convolutions reach a share of the peak (CPU_MATMUL_SHAPE, CPU_CONV_SHAPE)
+    "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6, conv_workspace=1.0, op_seconds=2.5e-6,
+                         matmul_curve=shaped(50e9, CPU_MATMUL_SHAPE), conv_curve=shaped(50e9, CPU_CONV_SHAPE)),
 }
 
 GPU_PROFILES = {
     # (GPU name contains, training dtype) -> profile: datasheet dense matmul rates (bf16/fp16 on
     # tensor cores; float32 without TF32, PyTorch's default) and HBM bandwidth, taken down to
     # what large kernels reach (about 80% of the matmul rate, 90% of the bandwidth: an H100
-    # measured 798 TFLOP/s bf16 and 3.0 TB/s here, an H200 788 TFLOP/s and 4.3 TB/s)
-    ("H100", "half"): DeviceProfile("h100-bf16", 790e12, 3.0e12, 5e-6),
-    ("H100", "float"): DeviceProfile("h100-fp32", 50e12, 3.0e12, 5e-6),
-    ("H200", "half"): DeviceProfile("h200-bf16", 790e12, 4.3e12, 5e-6),
-    ("H200", "float"): DeviceProfile("h200-fp32", 50e12, 4.3e12, 5e-6),
-    ("A100", "half"): DeviceProfile("a100-bf16", 250e12, 1.6e12, 5e-6),
-    ("A100", "float"): DeviceProfile("a100-fp32", 16e12, 1.6e12, 5e-6),
+    # measured 798 TFLOP/s bf16 and 3.0 TB/s here, an H200 788 TFLOP/s and 4.3 TB/s); 5 us a
+    # kernel; small matmuls at GPU_MATMUL_SHAPE's share of the peak (an estimate: on a GPU,
+    # remat.cost.calibrate.cuda_profile() measures the fixed cost and the curve, and
+    # remat.cost.CostModel(cuda_profile()) predicts with them)
+    ("H100", "half"): _gpu("h100-bf16", 790e12, 3.0e12),
+    ("H100", "float"): _gpu("h100-fp32", 50e12, 3.0e12),
+    ("H200", "half"): _gpu("h200-bf16", 790e12, 4.3e12),
+    ("H200", "float"): _gpu("h200-fp32", 50e12, 4.3e12),
+    ("A100", "half"): _gpu("a100-bf16", 250e12, 1.6e12),
+    ("A100", "float"): _gpu("a100-fp32", 16e12, 1.6e12),
 }
 """The profiles of known GPUs; another GPU gets the A100's (a conservative middle)."""
 
@@ -103,14 +221,35 @@ class CostModel:
     """``fused_memory``: the step runs through a fusing compiler (inductor), whose kernels keep
     a fusible value read only by fused kernels in registers: such a value takes no memory
     (:func:`memory_materialized`). Off, every computed value is allocated (op-by-op
-    execution, remat's ``eager`` compiler)."""
+    execution, remat's ``eager`` compiler).
+
+    ``per_op``: the step runs op by op (remat's ``eager`` compiler), every op its own kernel:
+    its time is the additive view's (:meth:`op_costs` summed over the schedule's computes:
+    every op reads its inputs and writes its output, and pays ``op_seconds``). Off, the
+    fusion-aware view's (:meth:`seconds`)."""
 
     device: DeviceProfile = PROFILES["cpu"]
     fused_memory: bool = False
+    per_op: bool = False
 
     def op_costs(self, g: Graph) -> list[float]:
         """Additive cost ``C_i`` of computing each node once (0 for primals and tangents)."""
         return g._derived(("op_costs", self.device), self._op_costs)
+
+    def arithmetic(self, g: Graph) -> list[float]:
+        """Seconds of each node's arithmetic: its FLOPs at the rate a call of its size reaches
+        (:meth:`DeviceProfile.rate`; a matmul or convolution split in n parts runs each part
+        at its smaller size's rate)."""
+        dev = self.device
+
+        def seconds(g: Graph) -> list[float]:
+            return [n.flops / dev.rate(n.flops, kernel_kind(n)) if n.flops else 0.0 for n in g.nodes]
+        return g._derived(("arithmetic", dev), seconds)
+
+    def uses_additive_time(self, g: Graph) -> bool:
+        """Whether a schedule's time is the sum of its computes' :meth:`op_costs`: the graph
+        carries profiled costs, or the step runs op by op (``per_op``)."""
+        return self.per_op or self.uses_profiled_costs(g)
 
     def workspace(self, g: Graph) -> list[int]:
         """Transient bytes an op holds while it runs, beyond its inputs and the memory the
@@ -144,27 +283,32 @@ class CostModel:
     def uses_profiled_costs(self, g: Graph) -> bool:
         return any(n.cost is not None for n in g.nodes if not n.is_primal)
 
-    def seconds(self, compute_cost: float, traffic_bytes: int, flops: float = 0.0,
+    def seconds(self, compute_cost: float, traffic_bytes: int, arithmetic: float = 0.0,
                 kernels: int = 0, g: Graph | None = None) -> float:
-        """Predicted time of a schedule from the totals the simulator gathered."""
-        if g is not None and self.uses_profiled_costs(g):
+        """Predicted time of a schedule from the totals the simulator gathered: the summed
+        :meth:`op_costs` of its computes (``compute_cost``) in the additive view
+        (:meth:`uses_additive_time`), else its arithmetic seconds (:meth:`arithmetic`), its
+        traffic over the bandwidth and ``launch_seconds`` per kernel."""
+        if self.per_op or g is not None and self.uses_profiled_costs(g):
             return compute_cost
-        return (flops / self.device.peak_flops + traffic_bytes / self.device.bandwidth
-                + kernels * self.device.launch_seconds)
+        return arithmetic + traffic_bytes / self.device.bandwidth + kernels * self.device.launch_seconds
 
     def _op_costs(self, g: Graph) -> list[float]:
         a = g._arrays
         ins = g.input_indices
         dev = self.device
+        arith = self.arithmetic(g)
         out = []
         for i, n in enumerate(g.nodes):
             if n.is_primal or n.role == "tangent" and not n.inputs:
                 out.append(0.0 if n.cost is None else float(n.cost))
             elif n.cost is not None:
                 out.append(float(n.cost))
+            elif n.category == "view":  # a view moves nothing; op by op it is still a call
+                out.append(arith[i] + dev.view_fixed)
             else:
                 moved = int(a.bytes[i]) + sum(int(a.bytes[j]) for j in ins[i])
-                out.append(max(n.flops / dev.peak_flops, moved / dev.bandwidth) + dev.launch_seconds)
+                out.append(max(arith[i], moved / dev.moved_rate(moved) if moved else 0.0) + dev.op_fixed)
         return out
 
 
@@ -258,11 +402,13 @@ def effective_bytes(g: Graph) -> list[int]:
 
 def default_cost_model(g: Graph | None = None) -> CostModel:
     """The cost model of the device ``g`` runs on (:func:`profile_for_graph`), with fused
-    memory when it runs through inductor (``g.meta["compiler"]``, recorded by capture); the
-    CPU's without a graph."""
+    memory when it runs through inductor (``g.meta["compiler"]``, recorded by capture), op by
+    op (``per_op``: the additive view's time) when it runs through remat's ``eager`` compiler;
+    the CPU's without a graph."""
     if g is None:
         return CostModel()
-    return CostModel(profile_for_graph(g), fused_memory=(g.meta or {}).get("compiler") == "inductor")
+    compiler = (g.meta or {}).get("compiler")
+    return CostModel(profile_for_graph(g), fused_memory=compiler == "inductor", per_op=compiler == "eager")
 
 
 def constant_bytes(g: Graph) -> int:

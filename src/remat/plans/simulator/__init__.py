@@ -67,9 +67,9 @@ def simulate(schedule: Schedule, cost_model: CostModel | None = None, *,
 
     **Two streams** (seeds/004 Section 6.2, MAGIS's simulator), timed as the lowering runs
     them (:mod:`remat.lower.offload`): computes run one after another on the compute stream,
-    each taking its share of the fused prediction (the traffic, FLOPs and kernel launches it
+    each taking its share of the fused prediction (the traffic, arithmetic and kernel launches it
     adds to :meth:`CostModel.seconds`: a view, or a kernel fused into its reader, takes no
-    time; on graphs with profiled costs, its cost) and starting once the reloads it reads are
+    time; on graphs with profiled costs or a step run op by op, its op cost) and starting once the reloads it reads are
     done; an ``offload`` or ``reload`` runs on the copy stream (on a CPU, on the one stream)
     for ``link.seconds(bytes)``, starting when both streams have reached it in program order
     (PyTorch's copy stream waits for the compute stream), and a reload not before its value's

@@ -33,7 +33,7 @@ def compute(r: Replay, k: int, st: Statement, i: int) -> None:
 def run(r: Replay, k: int, i: int) -> None:
     """Compute ``i`` at statement ``k`` (whether or not its inputs were resident)."""
     start = max([r.t_comp] + [r.ready[j] for j in r.ins[i]])
-    before = (r.flops_total, r.traffic_total, r.kernels)
+    before = (r.arith_total, r.traffic_total, r.kernels)
     r.resident[i] = True
     r.computed[i] = True
     r.copying[i] = False
@@ -44,7 +44,7 @@ def run(r: Replay, k: int, i: int) -> None:
     r.backward = r.backward or not r.forward[i]
     r.phase[i] = r.backward
     count_traffic(r, i)
-    r.flops_total += r.flops[i]
+    r.arith_total += r.arith[i]
     r.kernels += r.mat[i]
     dt = compute_seconds(r, i, before)
     r.t_comp = start + dt

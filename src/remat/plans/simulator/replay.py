@@ -54,7 +54,7 @@ def result(r: Replay) -> SimResult:
         valid=not r.errors, errors=r.errors, peak_bytes=int(r.peak), peak_statement=r.peak_at,
         timeline=r.tl, constant_bytes=r.constant, end_bytes=int(r.mem),
         compute_cost=r.compute_cost, traffic_bytes=int(r.traffic_total),
-        predicted_seconds=r.cm.seconds(r.compute_cost, r.traffic_total, r.flops_total, r.kernels, g) + wait,
+        predicted_seconds=r.cm.seconds(r.compute_cost, r.traffic_total, r.arith_total, r.kernels, g) + wait,
         computes=r.n_computes, recomputes=r.n_computes - n_unique, offloads=r.n_off, reloads=r.n_rel,
         copy_seconds=r.busy_copy, wait_seconds=wait, host_peak_bytes=r.host_peak, times=r.times,
     )

@@ -49,11 +49,11 @@ class Replay:
         self.fusible = a.fusible.tolist()
         self.raw = a.bytes.tolist()  # traffic moves a view's own bytes; memory counts storages
         self.forward = a.forward.tolist()
-        self.flops = [n.flops for n in g.nodes]
+        self.arith = cm.arithmetic(g)  # seconds of each op's FLOPs at its size's rate
         self.mat = materialized(g).tolist()
-        self.profiled = cm.uses_profiled_costs(g)
+        self.profiled = cm.uses_additive_time(g)  # a compute takes its op cost
         device = cm.device
-        self.peak_flops, self.bandwidth, self.launch = device.peak_flops, device.bandwidth, device.launch_seconds
+        self.bandwidth, self.launch = device.bandwidth, device.launch_seconds
 
         # values: residency, and the storages they hold
         self.resident = list(primal)
@@ -76,7 +76,7 @@ class Replay:
         # the totals of CostModel.seconds, and the phase
         self.compute_cost = 0.0
         self.traffic_total = 0
-        self.flops_total = 0.0
+        self.arith_total = 0.0  # seconds of arithmetic
         self.kernels = 0
         self.n_computes = 0
         self.backward = False  # the phase: the backward starts with the first non-forward compute

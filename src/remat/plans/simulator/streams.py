@@ -14,12 +14,13 @@ from ...cost.transfer import Link
 
 def compute_seconds(r, i: int, before: tuple) -> float:
     """The compute stream's time for ``i``: this statement's share of the fused prediction
-    (:meth:`CostModel.seconds` of the FLOPs, traffic and kernels it added to the totals,
-    which were ``before``), or its profiled cost, so a view or a kernel fused into its reader
-    hides no copy. ``r``: the :class:`~.state.Replay`."""
+    (:meth:`CostModel.seconds` of the arithmetic, traffic and kernels it added to the totals,
+    which were ``before``), or its op cost in the additive view (profiled costs, or a step run
+    op by op), so a view or a kernel fused into its reader hides no copy. ``r``: the
+    :class:`~.state.Replay`."""
     if r.profiled:
         return r.op_cost[i]
-    return ((r.flops_total - before[0]) / r.peak_flops + (r.traffic_total - before[1]) / r.bandwidth
+    return ((r.arith_total - before[0]) + (r.traffic_total - before[1]) / r.bandwidth
             + (r.kernels - before[2]) * r.launch)
 
 

@@ -67,7 +67,7 @@ def vectorised(schedule: Schedule, cm: CostModel, *, timeline: bool = True) -> S
     if (required_nodes(g) & ~computed).any():
         return None
     tl, mem_end, peak, peak_at, constant = _memory(g, cm, node, is_free, comp_k, comp_i, n_st)
-    compute_cost, flops_total, traffic_total, kernels, t_end = _totals(g, cm, is_free, comp_i, reads)
+    compute_cost, arith_total, traffic_total, kernels, t_end = _totals(g, cm, is_free, comp_i, reads)
     times = Times(is_free, t_end) if timeline else []
     tl = tl.tolist() if timeline else []
     n_computes = len(comp_i)
@@ -75,8 +75,8 @@ def vectorised(schedule: Schedule, cm: CostModel, *, timeline: bool = True) -> S
         valid=True, errors=[], peak_bytes=int(peak), peak_statement=int(peak_at),
         timeline=tl, constant_bytes=constant, end_bytes=int(mem_end),
         compute_cost=compute_cost, traffic_bytes=int(traffic_total),
-        predicted_seconds=(compute_cost if _profiled(g, cm) else
-                           cm.seconds(compute_cost, traffic_total, flops_total, kernels)) + 0.0,
+        predicted_seconds=(compute_cost if _additive(g, cm) else
+                           cm.seconds(compute_cost, traffic_total, arith_total, kernels)) + 0.0,
         computes=n_computes, recomputes=n_computes - int(computed.sum()),
         copy_seconds=0.0, wait_seconds=0.0, times=times,
     )
@@ -163,7 +163,7 @@ def _memory(g: Graph, cm: CostModel, node, is_free, comp_k, comp_i, n_st: int):
 
 
 def _totals(g: Graph, cm: CostModel, is_free, comp_i, reads):
-    """The compute cost, FLOPs, traffic and kernels, summed in statement order as the replay
+    """The compute cost, arithmetic seconds, traffic and kernels, summed in statement order as the replay
     sums them, and the compute stream's clock after each compute."""
     a = g._arrays
     q, j, primal, copy = reads
@@ -190,13 +190,13 @@ def _totals(g: Graph, cm: CostModel, is_free, comp_i, reads):
     mat_c = mat[comp_i].astype(np.int64)
     traffic = raw[comp_i] * mat_c + cum[ends] - cum[np.concatenate(([0], ends[:-1]))]
     op_cost = _floats(g, ("op_costs", cm.device), lambda: cm.op_costs(g))[comp_i]
-    flops = np.cumsum(_floats(g, "flops", lambda: [n.flops for n in g.nodes])[comp_i])
-    if _profiled(g, cm):
+    arith = np.cumsum(_floats(g, ("arithmetic", cm.device), lambda: cm.arithmetic(g))[comp_i])
+    if _additive(g, cm):
         dt = op_cost
     else:
         dev = cm.device
-        dt = np.diff(flops, prepend=0.0) / dev.peak_flops + traffic / dev.bandwidth + mat_c * dev.launch_seconds
-    return (float(np.cumsum(op_cost)[-1]), float(flops[-1]), int(traffic.sum()), int(mat_c.sum()),
+        dt = np.diff(arith, prepend=0.0) + traffic / dev.bandwidth + mat_c * dev.launch_seconds
+    return (float(np.cumsum(op_cost)[-1]), float(arith[-1]), int(traffic.sum()), int(mat_c.sum()),
             np.cumsum(dt))
 
 
@@ -247,9 +247,9 @@ class Times(Sequence):
         return repr(self._list())
 
 
-def _profiled(g: Graph, cm: CostModel) -> bool:
-    """:meth:`CostModel.uses_profiled_costs`, once per graph."""
-    return g._derived(("vectorised", "profiled"), cm.uses_profiled_costs)
+def _additive(g: Graph, cm: CostModel) -> bool:
+    """:meth:`CostModel.uses_additive_time` (profiled costs once per graph)."""
+    return cm.per_op or g._derived(("vectorised", "profiled"), cm.uses_profiled_costs)
 
 
 def _floats(g: Graph, key, values) -> np.ndarray:

@@ -112,7 +112,7 @@ class Prices:
 def prices(g: Graph, cost_model: CostModel | None = None) -> Prices:
     """The flow network of :mod:`.mincut` (aggressive bans lifted into prices, see above)."""
     cm = cost_model or default_cost_model(g)
-    return g._derived(("frontier_prices", cm.device), lambda g: _prices(g, cm))
+    return g._derived(("frontier_prices", cm.device, cm.per_op), lambda g: _prices(g, cm))
 
 
 def _prices(g: Graph, cm: CostModel) -> Prices:
@@ -136,10 +136,12 @@ def _prices(g: Graph, cm: CostModel) -> Prices:
 
 def _recompute_prices(g: Graph, cm: CostModel) -> np.ndarray:
     """Byte-equivalent price of running each forward node again in the backward, as the
-    simulator counts a compute: its FLOPs at the device's peak; for a value written to
-    memory anyway (:func:`remat.cost.model.materialized`: not fusible, or read by a library
-    call) its write and a kernel launch; for an op that does not fuse, the reads of its
-    inputs. Graphs with profiled costs price each op at its cost."""
+    simulator counts a compute: its arithmetic (:meth:`CostModel.arithmetic`: its FLOPs at
+    the rate of its size); for a value written to memory anyway
+    (:func:`remat.cost.model.materialized`: not fusible, or read by a library call) its write
+    and a kernel launch; for an op that does not fuse, the reads of its inputs. Graphs with
+    profiled costs price each op at its cost; a step run op by op (``per_op``) at its op cost
+    in bytes at the bandwidth."""
     a = g._arrays
     dev = cm.device
     out = np.zeros(a.n, dtype=np.int64)
@@ -152,10 +154,17 @@ def _recompute_prices(g: Graph, cm: CostModel) -> np.ndarray:
     ins = g.input_indices
     mat = materialized(g)
     per_second = dev.bandwidth
+    arith = cm.arithmetic(g)
+    if cm.per_op:
+        costs = cm.op_costs(g)
+        for i in range(a.n):
+            if a.forward[i] and not a.primal[i]:
+                out[i] = int(np.ceil(costs[i] * per_second))
+        return out
     for i, n in enumerate(g.nodes):
         if not a.forward[i] or a.primal[i]:
             continue
-        price = n.flops / dev.peak_flops * per_second
+        price = arith[i] * per_second
         if mat[i]:
             price += int(a.bytes[i]) + dev.launch_seconds * per_second
         if not a.fusible[i]:
