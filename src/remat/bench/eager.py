@@ -16,7 +16,10 @@ copy of the same weights and inputs:
   outside torch's allocator, so the measured peak is what a GPU's allocator would count; the
   ``host MiB`` column says what they took;
 - ``remat B``: ``remat.checkpoint(model, budget=B)`` at each of ``--budgets`` and ``min``; its
-  warnings are recorded (``warned``: the least it reaches, when the budget is out of reach).
+  warnings are recorded (``warned``: the least it reaches, when the budget is out of reach);
+  ``remat @full``: ``budget=None`` (full checkpointing's predicted peak with the least
+  recomputation); ``remat @op-sac``: the fraction op SAC measured, for the comparison at the
+  same peak.
 
 Columns: ``peak MiB``, the measured peak above the step's start
 (:func:`remat.bench.measure.peak_memory`: the profiler's allocation records on a CPU, the
@@ -102,9 +105,13 @@ def _inner(model):
 
 
 def methods(budgets=BUDGETS) -> list[tuple[str, Any]]:
-    """``(name, setting)`` of every row, in the table's order."""
+    """``(name, setting)`` of every row, in the table's order. ``remat @full`` is
+    ``budget=None`` (full checkpointing's predicted peak, the least recomputation that keeps it);
+    ``remat @op-sac`` asks for op SAC's measured fraction (setting ``"op-sac"``, resolved when the
+    row runs)."""
     out: list[tuple[str, Any]] = [("none", None), ("full", None), ("op-sac", None), ("offload-all", None)]
-    out += [(f"remat {b:g}", b) for b in budgets] + [("remat min", "min")]
+    out += [(f"remat {b:g}", b) for b in budgets] + [("remat min", "min"), ("remat @full", None),
+                                                    ("remat @op-sac", "op-sac")]
     return out
 
 
@@ -157,10 +164,16 @@ def run_model(name: str, size: str, budgets, repeats: int, device: str = "cpu", 
     ref = _grads(ref_model)
     del ref_model
     rows, steps, keep = [], {}, {}
+    peaks: dict[str, int] = {}
     for mname, setting in methods(budgets):
         row: dict = {"model": name, "method": mname, "status": "ok", "case": case.description}
         rows.append(row)
         try:
+            if setting == "op-sac":
+                if not peaks.get("op-sac") or not peaks.get("none"):
+                    raise RuntimeError("op SAC's or no checkpointing's peak was not measured")
+                setting = round(peaks["op-sac"] / peaks["none"], 3)
+                row["budget"] = setting
             m = copy.deepcopy(base)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -175,7 +188,7 @@ def run_model(name: str, size: str, budgets, repeats: int, device: str = "cpu", 
             t0 = time.perf_counter()
             step()
             row["plan_s"] = max(0.0, first - (time.perf_counter() - t0))
-            row["peak_bytes"] = harness.measure_peak(step, device, keep=harness.held(m, inputs))
+            row["peak_bytes"] = peaks[mname] = harness.measure_peak(step, device, keep=harness.held(m, inputs))
             if kept.get("offloader") is not None:
                 row["host_bytes"] = kept["offloader"].host_peak_bytes
             if kept.get("remat"):
@@ -205,8 +218,14 @@ def run_model(name: str, size: str, budgets, repeats: int, device: str = "cpu", 
 
 
 def _setting(method: str):
+    """The budget a row's name asks for: a float, ``"min"``, or None (``@full``, ``@op-sac``)."""
     tail = method.split(" ", 1)[1]
-    return tail if tail == "min" else float(tail)
+    if tail == "min":
+        return tail
+    try:
+        return float(tail)
+    except ValueError:
+        return None
 
 
 def checks(rows: list[dict]) -> list[dict]:
@@ -220,8 +239,8 @@ def checks(rows: list[dict]) -> list[dict]:
             out.append({"model": model, "check": "remat ran", "ok": False, "detail": "no remat row measured"})
             continue
         for k, r in remat.items():
-            b = _setting(k)
-            if b == "min":
+            b = r.get("budget") if k == "remat @op-sac" else _setting(k)
+            if b is None or b == "min":
                 continue
             ok = r["fraction"] <= b + PEAK_TOL or bool(r.get("warned"))
             how = "within" if r["fraction"] <= b + PEAK_TOL else ("warned" if r.get("warned") else "over, no warning")
