@@ -19,7 +19,8 @@ copy of the same weights and inputs:
   warnings are recorded (``warned``: the least it reaches, when the budget is out of reach);
   ``remat @full``: ``budget=None`` (full checkpointing's predicted peak with the least
   recomputation); ``remat @op-sac``: the fraction op SAC measured, for the comparison at the
-  same peak.
+  same peak; ``remat 0.6 +offload``: ``offload=True`` (the values the plan keeps go to host
+  memory: :mod:`remat.eager.offload`).
 
 Columns: ``peak MiB``, the measured peak above the step's start
 (:func:`remat.bench.measure.peak_memory`: the profiler's allocation records on a CPU, the
@@ -71,6 +72,9 @@ SIZES: dict[str, dict[str, tuple]] = {
 """Model sizes: ``quick`` is the issue's Llama (4 layers of width 64, batch 8 x 128), activations
 well above parameters; ``default`` doubles width and sequence."""
 
+OFFLOAD_BUDGET = 0.6
+"""The budget of the ``remat B +offload`` row: ``remat.checkpoint(model, budget=B, offload=True)``."""
+
 PEAK_TOL = 0.02
 TIME_TOL = 0.03
 
@@ -111,7 +115,8 @@ def methods(budgets=BUDGETS) -> list[tuple[str, Any]]:
     row runs)."""
     out: list[tuple[str, Any]] = [("none", None), ("full", None), ("op-sac", None), ("offload-all", None)]
     out += [(f"remat {b:g}", b) for b in budgets] + [("remat min", "min"), ("remat @full", None),
-                                                    ("remat @op-sac", "op-sac")]
+                                                    ("remat @op-sac", "op-sac"),
+                                                    (f"remat {OFFLOAD_BUDGET:g} +offload", ("offload", OFFLOAD_BUDGET))]
     return out
 
 
@@ -135,6 +140,9 @@ def apply(model, name: str, setting, device: str = "cpu") -> dict:
         return {"offloader": baselines.offload_everything(model, device=device)}
     import remat
 
+    if isinstance(setting, tuple) and setting[0] == "offload":
+        remat.checkpoint(model, budget=setting[1], offload=True)
+        return {"remat": True, "offloader": lambda: getattr(model._remat_planner, "_offloader", None)}
     remat.checkpoint(model, budget=setting)
     return {"remat": True}
 
@@ -189,8 +197,11 @@ def run_model(name: str, size: str, budgets, repeats: int, device: str = "cpu", 
             step()
             row["plan_s"] = max(0.0, first - (time.perf_counter() - t0))
             row["peak_bytes"] = peaks[mname] = harness.measure_peak(step, device, keep=harness.held(m, inputs))
-            if kept.get("offloader") is not None:
-                row["host_bytes"] = kept["offloader"].host_peak_bytes
+            off = kept.get("offloader")
+            off = off() if callable(off) else off
+            if off is not None:
+                row["host_bytes"] = off.host_peak_bytes
+                row["offloaded"] = off.stats.offloaded
             if kept.get("remat"):
                 s = m.remat_summary()
                 row["pred"] = s.peak / s.peak_eager if s.peak_eager else None
@@ -218,8 +229,11 @@ def run_model(name: str, size: str, budgets, repeats: int, device: str = "cpu", 
 
 
 def _setting(method: str):
-    """The budget a row's name asks for: a float, ``"min"``, or None (``@full``, ``@op-sac``)."""
+    """The budget a row's name asks for: a float, ``"min"``, or None (``@full``, ``@op-sac``,
+    ``+offload``)."""
     tail = method.split(" ", 1)[1]
+    if tail.endswith("+offload"):
+        return None
     if tail == "min":
         return tail
     try:
@@ -233,7 +247,7 @@ def checks(rows: list[dict]) -> list[dict]:
     out = []
     for model in dict.fromkeys(r["model"] for r in rows):
         by = {r["method"]: r for r in rows if r["model"] == model and r.get("fraction") is not None}
-        remat = {k: r for k, r in by.items() if k.startswith("remat ")}
+        remat = {k: r for k, r in by.items() if k.startswith("remat ") and "+offload" not in k}
         full, sac = by.get("full"), by.get("op-sac")
         if not remat:
             out.append({"model": model, "check": "remat ran", "ok": False, "detail": "no remat row measured"})
@@ -283,6 +297,7 @@ def checks(rows: list[dict]) -> list[dict]:
 
 COLUMNS = ["model", "method", "status", "peak MiB", "fraction", "pred", "time", "time range", "grad err",
            "grad rel", "host MiB", "plan s", "plans", "warned"]
+"""The table's columns (the targets leave the ``+offload`` row out: they are about checkpointing)."""
 
 
 def display_rows(rows: list[dict]) -> list[dict]:
@@ -403,8 +418,9 @@ def run_gpu_check_variant(spec: dict, row, case) -> None:
         pm = M.peak_memory(step, device, warmup=1, timeline=False, held=harness.held(model, inputs))
         alloc, resv = pm.peak_bytes, None
     extra = {}
-    if kept.get("offloader") is not None:
-        off = kept["offloader"]
+    off = kept.get("offloader")
+    off = off() if callable(off) else off
+    if off is not None:
         extra = {"host_bytes": off.host_peak_bytes, "offloads": off.stats.offloaded}
     row.save(phase="timing", peak_bytes=alloc, reserved_bytes=resv, **extra)
     t = M.step_time({spec["name"]: step}, repeats=int(spec["steps"]), warmup=1, device=device)[spec["name"]]
