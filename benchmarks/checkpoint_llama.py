@@ -1,0 +1,86 @@
+"""remat.checkpoint side by side on a tiny transformers Llama, eager, on this CPU (one thread).
+
+Rows: no checkpointing; full checkpointing (transformers' gradient_checkpointing_enable); remat.checkpoint
+at budget None (full checkpointing's predicted peak), 0.8, 0.5 and "min". Columns: measured peak above
+resident (the profiler's allocation records, remat.bench.measure.peak_memory) as a fraction of no
+checkpointing, remat's predicted fraction, median step time against no checkpointing (methods
+alternating, remat.bench.measure.step_time), and the largest gradient difference against no
+checkpointing under the same seed (attention dropout on). The broader comparison (op SAC,
+offload-everything, BERT, a CNN) is benchmarks/eager_checkpoint.py.
+
+    python benchmarks/checkpoint_llama.py [repeats=15] [attention_dropout=0.1] [width=64] [seq=128]
+"""
+
+import copy
+import sys
+import warnings
+
+import torch
+
+import remat
+from remat.bench.measure import peak_memory, step_time
+
+
+def main(repeats: int = 15, dropout: float = 0.1, width: int = 64, seq: int = 128) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    L, W, B, S, V = 4, width, 8, seq, 512
+    cfg = LlamaConfig(vocab_size=V, hidden_size=W, intermediate_size=4 * W, num_hidden_layers=L,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=S,
+                      attention_dropout=dropout)
+    base = LlamaForCausalLM(cfg)
+    base.train()
+    ids = torch.randint(0, V, (B, S))
+
+    def grads(m, seed):
+        m.zero_grad(set_to_none=True)
+        torch.manual_seed(seed)
+        m(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        return [p.grad.clone() for p in m.parameters()]
+
+    rows = {}
+    for kind in ["eager", "full", None, 0.8, 0.5, "min"]:
+        m = copy.deepcopy(base)
+        if kind == "full":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif kind != "eager":
+            remat.checkpoint(m, budget=kind)
+
+        def step(m=m):
+            torch.manual_seed(0)
+            m(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            step()
+            step()
+            peak = peak_memory(step, warmup=1, timeline=False).peak_bytes
+        warned = any(issubclass(x.category, remat.RematBudgetWarning) for x in w)
+        rows["remat " + str(kind) if kind not in ("eager", "full") else kind] = (m, step, peak, warned)
+    t = step_time({k: v[1] for k, v in rows.items()}, repeats=repeats)
+    e = rows["eager"][2]
+    g0 = grads(rows["eager"][0], 3)
+    print(f"Llama {L} layers, width {W}, batch {B}x{S}, vocabulary {V}, attention dropout {dropout}; "
+          f"CPU, 1 thread, median of {repeats}")
+    print("| method | peak / no ckpt | predicted | step time / no ckpt | max abs grad diff |")
+    print("|---|---|---|---|---|")
+    for k, (m, step, peak, warned) in rows.items():
+        d = max((a - b).abs().max().item() for a, b in zip(g0, grads(m, 3)))
+        pred = ""
+        if hasattr(m, "remat_summary"):
+            s = m.remat_summary()
+            pred = f"{s.peak / s.peak_eager:.3f}"
+        print(f"| {k} | {peak / e:.3f}{' (warned)' if warned else ''} | {pred} | "
+              f"{t[k].median_s / t['eager'].median_s:.3f} | {d:.1e} |")
+    print()
+    for k in ("remat None", "remat 0.8", "remat 0.5"):
+        print(k, rows[k][0].remat_summary())
+
+
+if __name__ == "__main__":
+    kinds = (int, float, int, int)
+    main(*(kind(a) for kind, a in zip(kinds, sys.argv[1:])))
