@@ -369,9 +369,9 @@ def test_gpt2_attention_links_batch_and_heads(gpt2):
 def test_gpt2_batch_links_through_the_linear_layers(gpt2):
     """The forward's batch (length 2) runs from the tokens through the embedding, every layer
     norm, every linear layer ([B*T, C] addmm: 32 rows), the q/k/v views into attention's batch
-    and the language-model head; the backward's batch (the linear layers' input and weight
-    gradients, the latter summed over B*T) is another component: the loss's mean over the
-    tokens does not carry the batch from the forward to the backward."""
+    and the language-model head, and on into the backward: the linear layers' input and
+    weight gradients, the latter summed over B*T (the loss's mean divides by a count computed
+    from the labels alone, which no region splits)."""
     g = gpt2
     dg = dim_graph(g)
     (tokens,) = [n for n in g if n.role == "input"]
@@ -394,9 +394,11 @@ def test_gpt2_batch_links_through_the_linear_layers(gpt2):
         assert dg.linked(n.inputs[0], 0, n.name, 0) and not dg.linked(n.inputs[0], 1, n.name, 0)
         assert dg.component_of(n.name, 0) is dg.component_of(n.inputs[0], 0)
     assert {axis_length(g, v, a) for v, a in batch.axis.items()} == {2, 32}
-    # the backward's batch: the gradients of the linear layers
-    backward = next(c for c in dg.components[:2] if c is not batch)
-    assert backward.length == 2
+    # the backward's batch is the same dimension: the loss's count of valid targets is a
+    # label-side value, computed whole before any region, so the backward of every token
+    # joins its forward (the gradients of the linear layers: input gradients along B*T,
+    # weight gradients summed over it)
+    backward = batch
     grad_inputs = [n for n in ops(g, "mm.default") if n.role == "backward" and n.shape[0] == 32]
     weight_grads = [n for n in ops(g, "mm.default") if n.role == "backward" and n.shape[0] != 32]
     assert len(grad_inputs) == len(weight_grads) == 9

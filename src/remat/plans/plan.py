@@ -415,6 +415,10 @@ class Plan:
             what = describe_fission(self.graph, f) if self.graph is not None else f"{f.n} parts"
             lines.append(f"  split: {what} (a dimension of length {f.length}; {len(f.nodes)} "
                          f"ops, merged at {outs})")
+        notes = (self.details or {}).get("search", {}).get("notes", [])
+        if notes and not self.fissions:
+            more = f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""
+            lines.append(f"  not split: {notes[0]}{more}")
         acts = self.saved_activations
         held = len(self.saved) - len(acts)
         lines.append(f"  saved for the backward: {len(acts)} activations, "

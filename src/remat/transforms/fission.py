@@ -233,7 +233,7 @@ def _block(g: Graph, f: Fission) -> list[Node]:
         for u, dim in f.sliced.items():
             out.append(_slice(g[u], dim, f, k))
         for v in f.nodes:
-            out.append(_part(g[v], f, k))
+            out.append(_part(g, g[v], f, k))
         if k:
             out.extend(_sum_step(g[v], f, k) for v in summed)
     out.extend(_mean(g[v], f) for v, d in f.outputs.items() if d == MEAN)
@@ -263,7 +263,7 @@ def _slice(u: Node, dim: int, f: Fission, k: int) -> Node:
                 category="view", shape=_part_shape(u.shape, dim, f.n), dtype=u.dtype, meta=meta)
 
 
-def _part(v: Node, f: Fission, k: int) -> Node:
+def _part(g: Graph, v: Node, f: Fission, k: int) -> Node:
     a = f.axis[v.name]
     meta = {key: val for key, val in v.meta.items() if key not in ("alias_of", "dims", "strides")}
     alias = v.meta.get("alias_of")
@@ -272,12 +272,26 @@ def _part(v: Node, f: Fission, k: int) -> Node:
     if "dims" in v.meta:
         meta["dims"] = [[_rename(u, f, k), i, ax] for u, i, ax in v.meta["dims"]]
     meta["fission_part"] = [v.name, k]
-    spatial = a >= 0 and not v.meta.get("container")
+    if v.meta.get("container"):
+        nbytes = _container_part_bytes(g, v, f)
+    else:
+        nbytes = v.bytes // f.n if a >= 0 else v.bytes
     return Node(part_name(v.name, k), part_op(v.op) if a < 0 else v.op, tuple(_rename(u, f, k) for u in v.inputs),
-                role=v.role, bytes=v.bytes // f.n if spatial else v.bytes, flops=v.flops / f.n,
+                role=v.role, bytes=nbytes, flops=v.flops / f.n,
                 category=v.category, cost=None if v.cost is None else v.cost / f.n,
                 shape=_part_shape(v.shape, a, f.n), dtype=v.dtype, fusible=v.fusible,
                 can_save=v.can_save, must_recompute=v.must_recompute, meta=meta)
+
+
+def _container_part_bytes(g: Graph, v: Node, f: Fission) -> int:
+    """A multi-output op's part: each item's part (1/n of an item split along the axis, all
+    of a partial sum), and 1/n of what no getitem names where the op itself splits. Counted
+    whole, a convolution backward's part looked as large as the whole op."""
+    items = [w for w in g.users(v.name) if w.op == "getitem"]
+    named = sum(w.bytes for w in items)
+    parts = sum(w.bytes // f.n if f.axis.get(w.name, -1) >= 0 else w.bytes for w in items)
+    rest = max(0, v.bytes - named)
+    return parts + (rest // f.n if f.axis[v.name] >= 0 else rest)
 
 
 def _merged_meta(v: Node) -> dict:

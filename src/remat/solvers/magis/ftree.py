@@ -55,6 +55,7 @@ class FTree:
 
     candidates: tuple[Fission, ...]
     parent: tuple[int, ...]
+    notes: tuple[str, ...] = ()  # why a dimension stops where users might expect a region
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -81,8 +82,9 @@ def ftree(g: Graph, hot: set[str], levels: int = LEVELS) -> FTree:
     """Algorithm 1 on ``g`` with hot spots ``hot`` (node names resident at the peak)."""
     dg = dim_graph(g)
     comps = dg.components
+    notes = batch_statistics(g)
     if not comps:
-        return FTree((), ())
+        return FTree((), (), notes)
     largest = len(comps[0].axis)
     found: list[Fission] = []
     seen: set[tuple[str, ...]] = set()
@@ -93,7 +95,30 @@ def ftree(g: Graph, hot: set[str], levels: int = LEVELS) -> FTree:
             if f.nodes not in seen:
                 seen.add(f.nodes)
                 found.append(f.with_index(len(found)))
-    return FTree(tuple(found), _parents(found))
+    return FTree(tuple(found), _parents(found), notes)
+
+
+def batch_statistics(g: Graph) -> tuple[str, ...]:
+    """Where the batch cannot be split: each training-mode batch norm (its statistics are a
+    reduction over the batch, as ``var_mean`` over dims 0, 2, 3 once decomposed, so capture
+    links no batch axis through it), named by its module."""
+    out: dict[str, None] = {}
+    for n in g.nodes:
+        if n.role != "forward" or not n.inputs:
+            continue
+        op = n.op.split(".", 1)[0]
+        if op in ("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional"):
+            stats = True
+        elif op in ("var_mean", "var") and g[n.inputs[0]].shape and len(g[n.inputs[0]].shape) >= 3:
+            kept = {i for u, i, a in links(n) if u == n.inputs[0] and a >= 0}
+            stats = 0 not in kept and 1 in kept  # over the batch, per channel: a batch norm's
+        else:
+            stats = False
+        if stats:
+            where = n.meta.get("module") or n.name
+            out[f"the batch is not split across {where}: a training-mode batch norm needs the "
+                "whole batch's statistics (eval mode, GroupNorm and LayerNorm split)"] = None
+    return tuple(out)
 
 
 def _candidates(g: Graph, comp: Component, hot: set[str], levels: int) -> list[Fission]:
@@ -161,7 +186,9 @@ def _candidates(g: Graph, comp: Component, hot: set[str], levels: int) -> list[F
             # producer of the largest value (an LM head's logits, read only by the loss)
             # must be in the region for it to be computed in parts
             bases = []
-            for u in _up(v, idom, members, UP):
+            chain = _up(v, idom, members, len(members))
+            same = [u for u in chain if u in band]  # the band's whole span above v, too: its
+            for u in dict.fromkeys(chain[:UP + 1] + same[-1:]):  # inputs are then the band's
                 bases.append((regions[u], f"{comp.id}:{u}"))
                 if g[u].role != "tangent" and any(b == comp.axis[u] for _, _, b in links(g[u])):
                     bases.append((regions[u] | {u}, f"{comp.id}:{u}+"))

@@ -463,7 +463,7 @@ def _plan(best: Judged, search: Search, objective: Objective) -> Plan:
         "search": {"expanded": search.expanded, "judged": search.judged,
                    "scheduled": search.scheduled, "stopped": search.stopped,
                    "seen": len(search.seen), "candidates": len(search.tree),
-                   "rules": list(best.path),
+                   "rules": list(best.path), "notes": list(search.tree.notes),
                    "limit": {"memory": objective.memory, "seconds": objective.seconds}},
     }
     p = Plan.from_schedule(best.schedule, solver="magis", details=details, fissions=tuple(fissions),
