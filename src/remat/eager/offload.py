@@ -85,19 +85,18 @@ ALL = "all"
 MIN_BYTES = 1024
 """Saved tensors smaller than this stay where they are (a copy's fixed cost is not worth it)."""
 
-_IGNORED = {torch.ops.aten.detach.default}
+try:  # the ops SAC neither counts nor caches: counted the same way here, the keys line up
+    from torch.utils.checkpoint import SAC_IGNORED_OPS as _IGNORED
+except ImportError:  # pragma: no cover - older torch
+    _IGNORED = {torch.ops.aten.detach.default}
 
 
 # -- which op call produced a value -----------------------------------------------------------
 
 def op_name(op) -> str:
-    """``"aten.mm.default"`` for ``torch.ops.aten.mm.default`` (a string is returned as is)."""
-    if isinstance(op, str):
-        return op
-    name = getattr(op, "name", None)
-    if callable(name):  # OpOverload.name() -> "aten::mm" ; str(op) -> "aten.mm.default"
-        return str(op)
-    return str(op)
+    """``"aten.mm.default"`` for ``torch.ops.aten.mm.default`` (its ``str``; a string is
+    returned as is)."""
+    return op if isinstance(op, str) else str(op)
 
 
 Decider = Callable[[Any, int, "torch.Tensor | None"], bool]
