@@ -29,6 +29,7 @@ LAYERS = (
     "capture",
     "lower",
     "api",
+    "eager",
     "__init__",
     "bench",
     "cli",

@@ -9,7 +9,7 @@ import sys
 import remat
 
 TORCH_FREE = ("graph", "cost", "plans", "solvers", "transforms", "data")
-TORCH_FREE_MODULES = ()  # torch-free modules of other packages
+TORCH_FREE_MODULES = ("remat.eager.plan",)  # torch-free modules of other packages
 
 
 def torch_free_modules() -> list[str]:
