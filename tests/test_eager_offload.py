@@ -402,3 +402,11 @@ def test_cuda_selective_offload():
     got = run_checkpointed(model, x, offload_context_fn(save_mm, ALL, offloader=off))
     assert_same(got, ref, tol=1e-5)
     assert off.stats.offloaded == 6 and off.stats.reloaded == 6
+
+
+def test_docstring_examples():
+    import doctest
+
+    import remat.eager.offload as module
+
+    assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0

@@ -376,7 +376,6 @@ def run_gpu_check_variant(spec: dict, row, case) -> None:
     above the step's start (CUDA allocator: allocated and reserved; CPU: the profiler's records),
     the median step, the host bytes offloading took and remat's plan. ``case``: the GPT-2 case."""
     from . import measure as M
-    from .gpu_check import cuda_peaks
 
     device = spec["device"]
     cuda = device.startswith("cuda")
@@ -411,12 +410,16 @@ def run_gpu_check_variant(spec: dict, row, case) -> None:
     if not spec.get("steps"):
         row["status"] = "ok"
         return
-    if cuda:
+    pm = M.peak_memory(step, device, warmup=1, timeline=False, held=harness.held(model, inputs))
+    alloc = pm.peak_bytes  # CUDA: the allocator's peak above the step's start; CPU: the profiler's
+    resv = None
+    if cuda:  # and what the allocator reserved beyond its start
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_reserved()
+        torch.cuda.reset_peak_memory_stats()
         step()
-        alloc, resv = cuda_peaks(step, device)
-    else:
-        pm = M.peak_memory(step, device, warmup=1, timeline=False, held=harness.held(model, inputs))
-        alloc, resv = pm.peak_bytes, None
+        torch.cuda.synchronize()
+        resv = int(torch.cuda.max_memory_reserved() - before)
     extra = {}
     off = kept.get("offloader")
     off = off() if callable(off) else off
