@@ -12,7 +12,6 @@ instance attribute) by one that checkpoints it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import warnings
 
@@ -37,10 +36,13 @@ def checkpoint(model: torch.nn.Module, budget=None, blocks=None, *, strict: bool
       and the step runs at that least; with ``strict=True``, :class:`remat.InfeasibleBudgetError`.
     - ``blocks``: which modules are blocks (a class, a list of module names, a predicate
       ``f(name, module)``); default: transformers' layers, else same-class children of a ModuleList.
-    - ``offload``: when true, each checkpointed call also enters
-      ``remat.eager.offload.offload_hooks(decisions)`` (if that module exists), where
-      ``decisions`` maps each op call ``(op name, call index)`` of the block to ``"save"``,
-      ``"recompute"`` or, for values the plan moves to host memory, ``"offload"``.
+    - ``offload``: when true, the plan also keeps values in host memory where their two copies
+      over the measured link (:func:`remat.eager.offload.eager_link`) cost less than their
+      recomputation, or fit beside the block's compute on an asynchronous link
+      (:func:`remat.eager.offload.choose_offloads`); a checkpointed block moves them through
+      :func:`remat.eager.offload.wrap_sac_contexts`; a block left unwrapped keeps what autograd
+      saves on the device. The plan's ``decisions`` (:func:`remat.eager.plan.decisions`) map each
+      op call ``(op name, call index)`` to ``"save"``, ``"recompute"`` or ``"offload"``.
     - ``route``: ``"auto"`` (transformers' ``gradient_checkpointing_enable`` on models with
       ``supports_gradient_checkpointing``, else remat's own wrapper), ``"transformers"`` or ``"wrap"``.
 
@@ -88,14 +90,11 @@ def _checkpointed_forward(planner: Planner, name: str, module, forward, *args, *
     point = planner.choice.get(name)
     if bp is None or not bp.supported or point is None:
         return forward(*args, **kwargs)
-    if point.unwrapped:
-        ctx = planner.offload_context(bp, point)
-        with ctx if ctx is not None else contextlib.nullcontext():
-            return forward(*args, **kwargs)
-    table = frozenset((bp.capture.ops[i].func, bp.capture.ops[i].index) for i in point.saved)
+    if point.unwrapped:  # holds what autograd saves, on the device (the plan's memory model)
+        return forward(*args, **kwargs)
     # saving nothing is plain checkpointing (Planner.context_fn returns no dispatch mode then)
     return _torch_checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True,
-                             context_fn=functools.partial(planner.context_fn, table), **kwargs)
+                             context_fn=functools.partial(planner.context_fn, planner.tables(bp, point)), **kwargs)
 
 
 def _undo(model, planner: Planner) -> None:

@@ -43,9 +43,15 @@ class Point:
     saved: frozenset
     held: int  # bytes held from the block's forward to its backward
     live: int  # bytes held while its backward runs
-    recompute: float  # predicted seconds of recomputation in its backward
+    recompute: float  # predicted seconds of recomputation in its backward (and of copies, offloading)
     unwrapped: bool = False
     label: str = ""
+    offloaded: frozenset = frozenset()  # op indices saved (MUST_SAVE) but kept in host memory
+
+    @property
+    def kept(self) -> frozenset:
+        """Every op index SAC saves: on the device (``saved``) or in host memory (``offloaded``)."""
+        return self.saved | self.offloaded
 
 
 @dataclass
@@ -123,11 +129,16 @@ def _candidates(cap) -> list[int]:
 
 
 def block_plan(key: tuple, cls: str, cap, profile: DeviceProfile | None = None,
-               sac_overhead: float = 0.0) -> BlockPlan:
+               sac_overhead: float = 0.0, offload=None) -> BlockPlan:
     """Cost a captured block and compute its frontier (unsupported blocks get none).
     ``sac_overhead``: seconds SAC's dispatch modes add per op call of a block (its policy and
     cache run in Python for every op, in the forward and in the replay); a block that saves
-    nothing runs under plain checkpointing and pays none."""
+    nothing runs under plain checkpointing and pays none. ``offload``: a function
+    ``(candidates, overlap_seconds) -> {index: copy seconds}`` choosing, among ``(index, bytes,
+    recompute seconds)`` of the values the block could save, those to keep in host memory rather
+    than recompute (:func:`remat.eager.offload.choose_offloads` over the measured link);
+    ``overlap_seconds`` is the block's forward and backward compute, which copies on an
+    asynchronous link run beside."""
     bp = BlockPlan(key, cls, cap)
     if not bp.supported:
         return bp
@@ -142,7 +153,11 @@ def block_plan(key: tuple, cls: str, cap, profile: DeviceProfile | None = None,
     bp.graph, bp.costs = g, costs
     bp.forward_seconds = sum(costs)
     bp.backward_seconds = sum(all_costs[j] for j, n in enumerate(g.nodes) if n.role == "backward")
-    bp.frontier, bp.full, bp.least_saved = block_frontier(cap, costs, sac_overhead)
+    copies = {}
+    if offload is not None:
+        cand = [(i, cap.ops[i].bytes, costs[i]) for i in _candidates(cap)]
+        copies = dict(offload(cand, bp.forward_seconds + bp.backward_seconds) or {})
+    bp.frontier, bp.full, bp.least_saved = block_frontier(cap, costs, sac_overhead, copies)
     return bp
 
 
@@ -158,24 +173,31 @@ def _live(cap, saved) -> int:
     return cap.eager_bytes + extra + _gradients(cap)
 
 
-def block_frontier(cap, costs: list[float], sac_overhead: float = 0.0) -> tuple[list[Point], Point, Point]:
+def block_frontier(cap, costs: list[float], sac_overhead: float = 0.0,
+                   copies: dict | None = None) -> tuple[list[Point], Point, Point]:
     """The block's Pareto points (held bytes vs recompute seconds), unwrapped first, then by
     held bytes descending; and the full-checkpointing and save-what-autograd-saves points.
-    A point that saves something runs under SAC and pays ``sac_overhead`` per op call."""
+    A point that saves something runs under SAC and pays ``sac_overhead`` per op call.
+    ``copies``: ``{op index: seconds}`` of the values kept in host memory in every checkpointed
+    point (offloading): they hold no device memory until the backward, cost their copies, and
+    are not recomputed."""
     sac = sac_overhead * len(cap.ops)
-    total = sum(costs[:replayed(cap)])
-    cand = _candidates(cap)
+    copies = dict(copies or {})
+    off = frozenset(copies)
+    total = sum(costs[:replayed(cap)]) - sum(costs[i] for i in off) + sum(copies.values())
+    cand = [i for i in _candidates(cap) if i not in off]
     order = sorted(cand, key=lambda i: (-(costs[i] / max(cap.ops[i].bytes, 1)), i))
     points = []
     saved: list[int] = []
     held, spared = cap.input_bytes, 0.0
-    points.append(Point(frozenset(), held, _live(cap, ()), total, label="full"))
+    points.append(Point(frozenset(), held, _live(cap, off), total + (sac if off else 0.0),
+                        label="full", offloaded=off))
     for i in order:
         saved.append(i)
         held += cap.ops[i].bytes
         spared += costs[i]
         s = frozenset(saved)
-        points.append(Point(s, held, _live(cap, s), max(total - spared, 0.0) + sac))
+        points.append(Point(s, held, _live(cap, s | off), max(total - spared, 0.0) + sac, offloaded=off))
     full = points[0]
     needed = frozenset(i for i in cand if cap.ops[i].needed)
     least_saved = Point(needed, cap.input_bytes + sum(cap.ops[i].bytes for i in needed), _live(cap, needed),
@@ -288,13 +310,19 @@ def choose(frontiers: list[list[Point]], target: int | None, outside: "Outside |
 
 def decisions(bp: BlockPlan, point: Point, offload: bool = False) -> dict:
     """``{(op name, call index): "save" | "recompute" | "offload"}`` for every op call of the
-    block. Checkpointed: the plan's saved values are ``"save"`` (``"offload"`` with ``offload``:
-    they wait in host memory), the rest ``"recompute"``. Unwrapped (``point.unwrapped``):
-    what autograd saves is ``"save"`` (``"offload"`` with ``offload``), the rest ``"recompute"``
-    (nothing is recomputed then: the label only says the value is not kept by the plan). This
-    planner does not weigh offloading against recomputation over a measured link yet: with
-    ``offload`` it offloads every value it keeps."""
+    block. Checkpointed: the plan's saved values are ``"save"`` and the values the plan
+    keeps in host memory (``point.offloaded``, chosen against their recomputation over the
+    measured link) ``"offload"``, the rest ``"recompute"``. Unwrapped (``point.unwrapped``): what
+    autograd saves is ``"save"`` (kept on the device), the rest ``"recompute"`` (nothing is
+    recomputed then: the label only says the value is not kept by the plan)."""
     ops = bp.capture.ops
-    kept = {i for i, op in enumerate(ops) if op.needed} if point.unwrapped else set(point.saved)
-    mark = "offload" if offload else "save"
-    return {(op.name, op.index): (mark if i in kept else "recompute") for i, op in enumerate(ops)}
+    if point.unwrapped:
+        kept = {i for i, op in enumerate(ops) if op.needed}
+        return {(op.name, op.index): ("save" if i in kept else "recompute") for i, op in enumerate(ops)}
+    out = {}
+    for i, op in enumerate(ops):
+        if i in point.offloaded:
+            out[(op.name, op.index)] = "offload" if offload else "save"
+        else:
+            out[(op.name, op.index)] = "save" if i in point.saved else "recompute"
+    return out

@@ -29,7 +29,7 @@ from ..errors import InfeasibleBudgetError, OptionError, RematBudgetWarning, Rem
 from ..plans.budget import Budget, format_bytes
 from .blocks import find_blocks
 from .capture import _autocast_state, capture_block, storage_bytes, storage_key
-from .plan import BlockPlan, Choice, Outside, block_plan, choose, decisions, step_peak
+from .plan import BlockPlan, Choice, Outside, block_plan, choose, step_peak
 
 _profiles: dict = {}
 
@@ -136,6 +136,7 @@ class Planner:
         self._tls = threading.local()
         self._handles: list = []
         self._offloader = None
+        self._link = None
         self._warned: set = set()
         self._measure: dict | None = None
         self._input_keys: set = set()
@@ -228,7 +229,8 @@ class Planner:
             device = getattr(cap, "device", "cpu")
             profile = self.profile or device_profile(device)
             overhead = self.sac_overhead if self.sac_overhead is not None else sac_overhead()
-            bp = self.plans[key] = block_plan(key, type(module).__name__, cap, profile, overhead)
+            bp = self.plans[key] = block_plan(key, type(module).__name__, cap, profile, overhead,
+                                              offload=self._offload_chooser(device))
             if not bp.supported:
                 warnings.warn(f"remat leaves {type(module).__name__} blocks ({name or 'the block'}) unwrapped "
                               f"(no checkpointing): {cap.reason}", RematFallbackWarning, stacklevel=3)
@@ -302,33 +304,44 @@ class Planner:
                 warnings.warn(msg, RematBudgetWarning, stacklevel=4)
 
     # -- SAC -----------------------------------------------------------------------------------
-    def table_for(self, name: str | None):
-        """The set of ``(func, call index)`` the running block saves (None: save nothing)."""
+    @staticmethod
+    def tables(bp: BlockPlan, point) -> tuple[frozenset, frozenset]:
+        """``(kept, offloaded)``: the ``(func, call index)`` pairs SAC saves, and those of them kept
+        in host memory."""
+        ops = bp.capture.ops
+        kept = frozenset((ops[i].func, ops[i].index) for i in point.kept)
+        return kept, frozenset((ops[i].func, ops[i].index) for i in point.offloaded)
+
+    def tables_for(self, name: str | None) -> tuple[frozenset, frozenset]:
+        """:meth:`tables` of the running block (nothing saved when remat does not know it)."""
         if name is None or name not in self.block_key:
-            return frozenset()
+            return frozenset(), frozenset()
         bp = self.plans.get(self.block_key[name])
         if bp is None or not bp.supported:
-            return frozenset()
+            return frozenset(), frozenset()
         point = self.choice.get(name)
         if point is None or point.unwrapped:
             # transformers already checkpoints this call: hold what autograd would
             point = bp.least_saved
-        return frozenset((bp.capture.ops[i].func, bp.capture.ops[i].index) for i in point.saved)
+        return self.tables(bp, point)
 
-    def context_fn(self, table=None):
+    def context_fn(self, tables=None):
         """A ``context_fn`` for ``torch.utils.checkpoint`` (non-reentrant): the SAC contexts of one
-        checkpointed call, with the running block's decisions bound at its first op."""
+        checkpointed call, with the running block's decisions (``tables``, else looked up when the
+        call starts or at its first op) bound for the whole call."""
         tls = self._tls
-        if table is None and getattr(tls, "current", None) in self.block_key:
-            table = self.table_for(tls.current)  # transformers >= 5 runs the block's hooks first
-        if table is not None and not table:  # saves nothing: plain checkpointing, no dispatch mode
+        if tables is None and getattr(tls, "current", None) in self.block_key:
+            tables = self.tables_for(tls.current)  # transformers >= 5 runs the block's hooks first
+        if tables is not None and not tables[0]:  # saves nothing: plain checkpointing, no dispatch mode
             return torch.utils.checkpoint.noop_context_fn()
-        state = {"table": table, "counts": {}}
+        state = {"table": None if tables is None else tables[0],
+                 "offloaded": None if tables is None else tables[1], "counts": {}}
 
         def policy_fn(ctx, func, *args, **kwargs):
             t = state["table"]
             if t is None:
-                t = state["table"] = self.table_for(getattr(tls, "current", None))
+                t, state["offloaded"] = self.tables_for(getattr(tls, "current", None))
+                state["table"] = t
             counts = state["counts"]
             k = counts.get(func, 0)
             counts[func] = k + 1
@@ -339,13 +352,33 @@ class Planner:
         if off is None:
             return contexts
 
-        def offloaded(op, k, tensor):  # every value the plan saves waits in host memory
-            t = state["table"]
+        def offloaded(op, k, tensor):  # the values the plan keeps in host memory
+            t = state["offloaded"]
             return t is not None and (op, k) in t
 
         if self._offloader is None:
             self._offloader = off.Offloader()
         return off.wrap_sac_contexts(contexts, offloaded, offloader=self._offloader)
+
+    def _offload_chooser(self, device: str):
+        """With ``offload``: ``(candidates, overlap_seconds) -> {index: copy seconds}``, the values
+        :func:`remat.eager.offload.choose_offloads` moves to host memory over the measured link
+        (:func:`remat.eager.offload.eager_link`) instead of recomputing them; else None."""
+        off = self._offload_module()
+        if off is None:
+            return None
+        if self._link is None:
+            self._link = off.eager_link(device if device != "cuda" else None)
+        link = self._link
+        min_bytes = getattr(off, "MIN_BYTES", 0)
+
+        def choose(candidates, overlap_seconds):
+            cands = [off.Candidate(i, b, t) for i, b, t in candidates if b >= min_bytes]
+            chosen = off.choose_offloads(cands, link, overlap_seconds)
+            return {c.key: 2 * link.seconds(c.nbytes) * (0.0 if getattr(link, "asynchronous", False) else 1.0)
+                    for c in cands if c.key in chosen}
+
+        return choose
 
     def _offload_module(self):
         """:mod:`remat.eager.offload` when ``offload`` was asked and it is there, else None."""
@@ -353,7 +386,8 @@ class Planner:
             return None
         try:
             from . import offload as _offload
-            _offload.wrap_sac_contexts, _offload.offload_hooks
+            (_offload.wrap_sac_contexts, _offload.offload_hooks, _offload.choose_offloads, _offload.eager_link,
+             _offload.Candidate)
         except (ImportError, AttributeError):
             if "offload" not in self._warned:
                 self._warned.add("offload")
@@ -361,18 +395,6 @@ class Planner:
                               "lacks: the plan runs without offloading", RematOffloadWarning, stacklevel=4)
             return None
         return _offload
-
-    def offload_context(self, bp: BlockPlan, point):
-        """For a block run unwrapped when ``offload`` was asked:
-        ``remat.eager.offload.offload_hooks(decisions)``, else None. ``decisions``
-        (:func:`remat.eager.plan.decisions`) maps each op call ``(op name, call index)`` to
-        ``"save"``, ``"recompute"`` or ``"offload"``."""
-        off = self._offload_module()
-        if off is None:
-            return None
-        if self._offloader is None:
-            self._offloader = off.Offloader()
-        return off.offload_hooks(decisions(bp, point, offload=True), offloader=self._offloader)
 
     def summary(self):
         from .summary import Summary

@@ -33,6 +33,7 @@ class BlockRow:
     eager: int
     full: int
     recompute_seconds: float
+    offloaded: list = None  # op names kept in host memory
 
 
 class Summary:
@@ -72,12 +73,13 @@ class Summary:
                 self.rows.append(BlockRow(bp.cls, names, "unsupported: " + bp.capture.reason, [], [], 0, 0, 0, 0.0))
                 continue
             ops = bp.capture.ops
-            kind = "unwrapped" if point.unwrapped else ("full" if not point.saved else "selective")
+            kind = "unwrapped" if point.unwrapped else ("full" if not point.kept else "selective")
             saved = [ops[i].name for i in sorted(point.saved)] if not point.unwrapped else []
+            offloaded = [ops[i].name for i in sorted(point.offloaded)] if not point.unwrapped else []
             recomputed = [] if point.unwrapped else [o.name for i, o in enumerate(ops)
-                                                     if i not in point.saved and o.category != "view"]
+                                                     if i not in point.kept and o.category != "view"]
             self.rows.append(BlockRow(bp.cls, names, kind, saved, recomputed, point.held, bp.frontier[0].held,
-                                      bp.full.held, point.recompute))
+                                      bp.full.held, point.recompute, offloaded))
         out = planner.outside
         self.peak = step_peak(chosen, out) if chosen else 0
         self.peak_eager = step_peak(eagers, out) if eagers else 0
@@ -105,6 +107,8 @@ class Summary:
             if r.plan != "unwrapped":
                 lines.append(f"    saved: {_ops(r.saved) or '(nothing)'}")
                 lines.append(f"    recomputed: {_ops(r.recomputed) or '(nothing)'}")
+                if r.offloaded:
+                    lines.append(f"    offloaded: {_ops(r.offloaded)}")
         e = self.peak_eager or 1
         lines.append(f"  predicted peak above resident: {format_bytes(self.peak)} = {self.peak / e:.3f} of no "
                      f"checkpointing ({format_bytes(self.peak_eager)}); full checkpointing "
