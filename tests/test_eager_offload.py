@@ -207,6 +207,49 @@ def test_selective_offload_same_gradients(net, prefetch):
     assert off.stats.prefetched == (4 if prefetch else 0)  # blocks 1 and 0 start ahead of their recompute
 
 
+class Transposing(nn.Module):
+    """Saves a transposed matmul output that the next op makes contiguous (as attention's
+    output is): a reload that lost its strides would copy in the recomputation where the
+    forward did not, and SAC would find an op it never cached."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+
+    def forward(self, x):  # x: (b, t, d)
+        y = torch.matmul(x.transpose(1, 2), x)  # (b, d, d)
+        z = y.transpose(1, 2)  # saved: not contiguous
+        w = z.permute(0, 2, 1).contiguous()  # recomputed: contiguous already, no copy (unless z lost its strides)
+        return self.a(w).tanh()
+
+
+def test_offloaded_values_keep_their_strides():
+    from remat.eager.offload import dense_strides
+
+    assert dense_strides((4, 5, 6), (30, 1, 5)) and not dense_strides((4, 5), (10, 1))
+    torch.manual_seed(0)
+    block, x = Transposing(), torch.randn(4, 16, 32, requires_grad=True)
+
+    def save_all(ctx, func, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if func in (aten.bmm.default, aten.transpose.int) \
+            else CheckpointPolicy.PREFER_RECOMPUTE
+
+    def run(context_fn):
+        x.grad = None
+        block.zero_grad(set_to_none=True)
+        checkpoint(block, x, use_reentrant=False, context_fn=context_fn).square().sum().backward()
+        return [x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    ref = run(functools.partial(create_selective_checkpoint_contexts, save_all))
+    off = Offloader("cpu")
+    got = run(offload_context_fn(save_all, ALL, offloader=off))
+    assert off.stats.offloaded >= 2
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
 def test_selective_offload_marks_calls(net):
     model, x = net
     ref = grads(model, x)

@@ -362,11 +362,14 @@ GPU_CHECK_VARIANTS: list[dict] = [
     {"name": "eager-remat-full-peak", "method": "remat", "budget": None},
     {"name": "eager-remat-0.5", "method": "remat", "budget": 0.5},
     {"name": "eager-remat-min", "method": "remat", "budget": "min"},
+    {"name": "eager-remat-0.5-offload", "method": "remat", "budget": ["offload", 0.5]},
 ]
 """The GPU check's eager stage on GPT-2 (transformers, no torch.compile): no checkpointing,
 transformers' full checkpointing, op SAC, offload-everything (pinned host buffers and a side
 stream on a GPU), and ``remat.checkpoint`` at full checkpointing's peak (``budget=None``), at 0.5
-and at ``min``."""
+and at ``min``, and at 0.5 with ``offload=True`` (what the plan keeps waits in pinned host memory:
+SAC's cache through :func:`remat.eager.offload.wrap_sac_contexts`, unwrapped blocks through
+:func:`remat.eager.offload.offload_hooks`)."""
 
 
 def run_gpu_check_variant(spec: dict, row, case) -> None:
@@ -392,6 +395,8 @@ def run_gpu_check_variant(spec: dict, row, case) -> None:
 
     model = copy.deepcopy(case.model)
     method, setting = spec["method"], spec.get("budget")
+    if isinstance(setting, list):  # ("offload", budget), through JSON
+        setting = tuple(setting)
     kept = apply(model, method, setting, device)
     step = harness.make_step(model, model, inputs, grads="keep", seed=SEED)
     row.save(phase="first step")
@@ -404,7 +409,7 @@ def run_gpu_check_variant(spec: dict, row, case) -> None:
     fields: dict = {"grad_err": err, "grad_rel": rel}
     if kept.get("remat"):
         s = model.remat_summary()
-        fields.update(pred_fraction=s.peak / s.peak_eager if s.peak_eager else None,
+        fields.update(pred_fraction=s.peak / s.peak_eager if s.peak_eager else None, pred_peak_bytes=s.peak,
                       plans="; ".join(f"{r.cls} x{len(r.blocks)} {r.plan}" for r in s.rows), summary=str(s))
     row.save(phase="measuring", **fields)
     if not spec.get("steps"):

@@ -160,6 +160,25 @@ class _Producers(TorchDispatchMode):
 
 # -- host buffers and copies ------------------------------------------------------------------
 
+def dense_strides(shape, stride) -> bool:
+    """Whether a tensor of ``shape`` and ``stride`` covers exactly ``numel`` elements with no
+    overlap (contiguous in some order of its dimensions, as a transpose or a permute of a
+    contiguous tensor is): then its copy can keep its strides in a buffer of its own size. A
+    copy that made such a tensor contiguous would change what the code reading it does (a
+    ``.contiguous()`` that was a no-op in the forward copies in the recomputation, and SAC finds
+    an op it never cached).
+
+    >>> dense_strides((2, 3), (3, 1)), dense_strides((3, 2), (1, 3)), dense_strides((2, 3), (6, 1))
+    (True, True, False)
+    """
+    expected = 1
+    for size, st in sorted(((n, s) for n, s in zip(shape, stride) if n != 1), key=lambda d: d[1]):
+        if st != expected:
+            return False
+        expected *= size
+    return True
+
+
 class HostPool:
     """Host buffers for offloaded values, reused by size: pinned memory for a CUDA device,
     numpy-owned memory for a CPU one (outside torch's allocator, see the module docstring).
@@ -215,6 +234,7 @@ class Handle:
     device: torch.device
     nbytes: int
     requires_grad: bool
+    stride: tuple = ()  # the value's strides, kept by its copies (a reader may depend on them)
     host: torch.Tensor | None = None  # the pool's buffer
     event: Any = None  # CUDA: the offload's event
     reloaded: torch.Tensor | None = None  # the device copy, once reloaded
@@ -258,21 +278,22 @@ class Offloader:
         return self.pool.peak_bytes
 
     def eligible(self, t: torch.Tensor) -> bool:
-        """Whether ``t`` may be offloaded: a dense tensor of at least ``min_bytes``, not a
-        parameter, not a tensor subclass (a DTensor, a fake tensor), on this offloader's device."""
+        """Whether ``t`` may be offloaded: at least ``min_bytes``, its elements dense in memory
+        in some order of its dimensions (:func:`dense_strides`: its copy keeps its strides), not a
+        tensor subclass (a DTensor, a fake tensor), on this offloader's device."""
         if type(t) is not torch.Tensor or t.layout is not torch.strided or t.is_meta:
             return False
         if t.device.type != self.device.type:
             return False
-        return t.numel() * t.element_size() >= self.min_bytes
+        return t.numel() * t.element_size() >= self.min_bytes and dense_strides(t.shape, t.stride())
 
     def offload(self, t: torch.Tensor, op=None) -> Handle:
         """Start copying ``t`` to host memory; returns its :class:`Handle`."""
         nbytes = t.numel() * t.element_size()
-        h = Handle(t.shape, t.dtype, t.device, nbytes, t.requires_grad)
+        h = Handle(t.shape, t.dtype, t.device, nbytes, t.requires_grad, stride=tuple(t.stride()))
         buf = self.pool.get(nbytes)
         h.host = buf
-        host = buf[:nbytes].view(t.dtype).view(t.shape)
+        host = buf[:nbytes].view(t.dtype).as_strided(t.shape, h.stride)  # the same layout
         if self.cuda:
             current = torch.cuda.current_stream(t.device)
             self.stream.wait_stream(current)
@@ -295,10 +316,10 @@ class Offloader:
         """Start copying ``h`` back to its device (nothing if already started)."""
         if h.reloaded is not None or h.host is None:
             return
-        host = h.host[:h.nbytes].view(h.dtype).view(h.shape)
+        host = h.host[:h.nbytes].view(h.dtype).as_strided(h.shape, h.stride)
         if self.cuda:
             current = torch.cuda.current_stream(h.device)
-            out = torch.empty(h.shape, dtype=h.dtype, device=h.device)  # allocated on the compute stream
+            out = torch.empty_strided(h.shape, h.stride, dtype=h.dtype, device=h.device)  # on the compute stream
             self.stream.wait_stream(current)
             with torch.cuda.stream(self.stream):
                 out.copy_(host, non_blocking=True)
@@ -307,7 +328,8 @@ class Offloader:
             out.record_stream(self.stream)
         else:
             with torch.no_grad():
-                out = host.clone()
+                out = torch.empty_strided(h.shape, h.stride, dtype=h.dtype, device=h.device)
+                out.copy_(host)
         h.reloaded = out
         self.pool.put(h.host)  # later copies into it are queued behind this one (same stream)
         h.host = None
