@@ -154,6 +154,7 @@ def _measure(device: str, n_matmul: int, copy_bytes: int, dtype=None) -> DeviceP
 
 
 COPY_SIZES = (1 << 16, 1 << 19, 1 << 22, 1 << 24, 1 << 26)
+COLD_BYTES = 1 << 26  # the pool the operands of each size are taken from
 """Bytes of each operand of the ATen ``mul`` calls whose rates make the bandwidth curve."""
 
 
@@ -168,10 +169,19 @@ def _moved_curve(device: str, timer, target: float, fixed: float, large: int, ba
     for size in COPY_SIZES:
         if size > large:
             break
-        x, y = torch.ones(size // 4, device=device), torch.ones(size // 4, device=device)
-        t = _per_call(lambda: torch.ops.aten.mul.Tensor(x, y), timer, target)
+        # operands taken in turn from a pool larger than the caches: in a step, an op's
+        # inputs were mostly written several ops before it (a hot loop on two tensors would
+        # price every small op at the first cache's rate)
+        pool = [torch.ones(size // 4, device=device) for _ in range(max(2, COLD_BYTES // size))]
+        turn = iter(range(1 << 62))
+
+        def mul():
+            k = next(turn) % (len(pool) - 1)
+            torch.ops.aten.mul.Tensor(pool[k], pool[k + 1])
+
+        t = _per_call(mul, timer, target)
         points.append((3.0 * size, 3.0 * size / max(t - fixed, 0.1 * t)))
-        x = y = None
+        pool = None
     if not points:
         return ()
     out, best = [], 0.0

@@ -129,6 +129,12 @@ CPU_CONV_SHAPE = ((7.4e4, 0.04), (1.2e6, 0.23), (9.4e6, 0.44), (7.5e7, 0.93), (6
 """A CPU 3x3 convolution's rate as a share of the matmul peak, by FLOPs (measured the same
 way: batch 1 x 8 channels at 8x8 reaches 4%, 8 x 64 at 32x32 the peak)."""
 
+CPU_MOVED = ((2e5, 30e9), (1.6e6, 25e9), (1.3e7, 22e9), (5e7, 15e9), (2e8, 5.5e9))
+"""Bytes/s of one op by op pointwise op, by the bytes it moves (reads and writes), its operands
+cold (measured here with :func:`remat.cost.calibrate.cpu_profile`: an ATen ``mul`` whose
+operands come from a pool larger than the caches; a 64 MiB operand's output is allocated
+afresh, page faults included)."""
+
 GPU_MATMUL_SHAPE = ((3.4e7, 0.02), (2.7e8, 0.08), (2.1e9, 0.25), (1.7e10, 0.6), (1.4e11, 0.9),
                     (1.1e12, 1.0))
 """A GPU matmul's rate as a share of its tensor-core peak, by FLOPs (256^3 ... 8192^3): an
@@ -158,9 +164,11 @@ PROFILES = {
     # the input's sizes; either a weight-sized one when the weight is larger). An op run op by
     # op costs 2.5 us here (remat's eager compiler: a chain of 400 tiny ops, per compute; an
     # ATen add alone 2.1 us), a kernel of inductor's about 2 us; small matmuls and
-    # convolutions reach a share of the peak (CPU_MATMUL_SHAPE, CPU_CONV_SHAPE)
+    # convolutions reach a share of the peak (CPU_MATMUL_SHAPE, CPU_CONV_SHAPE), an op by op
+    # pointwise op moves its bytes at CPU_MOVED's rate
     "cpu": DeviceProfile("cpu", 50e9, 8e9, 2e-6, conv_workspace=1.0, op_seconds=2.5e-6,
-                         matmul_curve=shaped(50e9, CPU_MATMUL_SHAPE), conv_curve=shaped(50e9, CPU_CONV_SHAPE)),
+                         matmul_curve=shaped(50e9, CPU_MATMUL_SHAPE), conv_curve=shaped(50e9, CPU_CONV_SHAPE),
+                         bandwidth_curve=CPU_MOVED),
 }
 
 GPU_PROFILES = {
