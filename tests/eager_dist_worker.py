@@ -6,7 +6,9 @@ Launched by ``tests/test_eager_distributed.py``, one process per rank, with ``RA
 
     python tests/eager_dist_worker.py --out DIR RUN [RUN ...]
 
-A RUN is ``WRAP:BUDGET`` (``ddp:min``, ``fsdp:0.5``) or ``WRAP:none`` (the reference: no remat).
+A RUN is ``WRAP:BUDGET`` (``ddp:min``, ``fsdp:0.5``), ``WRAP:BUDGET:offload``
+(``remat.checkpoint(..., offload=True)``: what the plan keeps waits in host memory) or
+``WRAP:none`` (the reference: no remat).
 WRAP is ``ddp`` (``DistributedDataParallel`` around the model, after ``remat.checkpoint``) or
 ``fsdp`` (``fully_shard`` on each block, then on the root, after ``remat.checkpoint``, as
 torchtitan orders activation checkpointing and sharding). Every rank seeds the same and builds
@@ -99,11 +101,12 @@ def run(spec: str, rank: int) -> dict:
     import remat
     from remat.bench.measure import saved_activation_bytes
 
-    how, budget = spec.split(":")
+    how, budget, *extra = spec.split(":")
     model = build()
     planned = None
     if budget != "none":
-        planned = remat.checkpoint(model, budget="min" if budget == "min" else float(budget))
+        planned = remat.checkpoint(model, budget="min" if budget == "min" else float(budget),
+                                   offload="offload" in extra)
     model = wrap(model, how)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     ids = batch(rank)
@@ -126,7 +129,9 @@ def run(spec: str, rank: int) -> dict:
         opt.step()
         losses.append(float(loss.detach()))
     summary = None if planned is None else str(planned.remat_summary())
-    return {"spec": spec, "losses": losses, "saved_bytes": saved, "summary": summary, "error": None}
+    off = getattr(getattr(planned, "_remat_planner", None), "_offloader", None)
+    return {"spec": spec, "losses": losses, "saved_bytes": saved, "summary": summary, "error": None,
+            "offloaded": None if off is None else off.stats.offloaded}
 
 
 def main() -> int:

@@ -31,7 +31,7 @@ TIMEOUT = 240
 RTOL, ATOL = 1e-5, 1e-6
 
 REFERENCES = ["ddp:none", "fsdp:none"]
-RUNS = ["ddp:min", "ddp:0.8", "fsdp:min", "fsdp:0.8"]
+RUNS = ["ddp:min", "ddp:0.8", "fsdp:min", "fsdp:0.8", "ddp:0.8:offload", "fsdp:0.8:offload"]
 
 
 def _free_port() -> int:
@@ -111,3 +111,11 @@ def test_remat_checkpointed_blocks(ranks, spec):
         got, want = _run(r, spec), _run(r, f"{wrap}:none")
         assert got["saved_bytes"] < 0.8 * want["saved_bytes"], (got["saved_bytes"], want["saved_bytes"])
         assert "Block" in got["summary"], got["summary"]
+
+
+@pytest.mark.parametrize("spec", ["ddp:0.8:offload", "fsdp:0.8:offload"])
+def test_offload_moved_values(ranks, spec):
+    """With offload=True the values the plan keeps went to host memory (and the losses, checked
+    above, did not change)."""
+    for r in ranks:
+        assert _run(r, spec)["offloaded"], f"rank {r['rank']}, {spec}: nothing offloaded"
