@@ -291,7 +291,10 @@ class Planner:
             if _is_hf_layer(m) and self.hf_route and hasattr(m, "_gradient_checkpointing_func"):
                 p = self.choice.get(name)
                 m.gradient_checkpointing = p is not None and not p.unwrapped
-        if not c.feasible and target is not None:
+        # the first forward plans before it has seen the rest of the step: judge the budget once
+        # the outside of the blocks is measured (the replan at the end of that forward)
+        judged = self.outside_measured or self.single or len(self._handles) <= 2 * len(self.blocks)
+        if not c.feasible and target is not None and judged:
             least = c.peak
             msg = (f"remat cannot fit the budget {asked} ({format_bytes(target)} above resident memory, "
                    f"predicted): the least it reaches is {format_bytes(least)}"
