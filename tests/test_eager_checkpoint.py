@@ -393,3 +393,36 @@ def test_planned_offload_moves_only_what_the_plan_offloads():
     # what moved is what the plan marked, in the last step (the counters add up over the 2 steps)
     assert set(stats.ops) == set(planned) and all(stats.ops[k] == 2 * v for k, v in planned.items()), (stats.ops, planned)
     assert "offloaded:" in str(model.remat_summary())
+
+
+def test_choice_is_optimal_on_small_random_steps():
+    """choose() against brute force over every combination of frontier points."""
+    import itertools
+    import random
+
+    rng = random.Random(0)
+    P = eplan.Point
+    checked = 0
+    for _ in range(150):
+        fronts = []
+        for _k in range(rng.randint(2, 4)):
+            eager = rng.randint(50, 100)
+            f = [P(frozenset(), eager, eager + 10, 0.0, unwrapped=True)]
+            held, t = eager, 0.0
+            for j in range(rng.randint(1, 4)):
+                held = rng.randint(5, held - 1) if held > 6 else held
+                t += rng.random() * 3
+                f.append(P(frozenset({j}), held, eager + 10, t))
+            fronts.append(f)
+        out = eplan.Outside(before=rng.randint(0, 20), after=rng.randint(0, 50), kept=rng.randint(0, 20))
+        target = int(eplan.step_peak([f[0] for f in fronts], out) * rng.uniform(0.3, 0.9))
+        c = eplan.choose(fronts, target, out)
+        fits = [sum(p.recompute for p in combo) for combo in itertools.product(*fronts)
+                if eplan.step_peak(list(combo), out) <= target]
+        if not fits:
+            assert not c.feasible
+            continue
+        checked += 1
+        assert c.feasible and c.peak <= target
+        assert c.recompute <= min(fits) + 1e-9
+    assert checked > 50

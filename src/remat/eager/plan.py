@@ -23,13 +23,16 @@ other ops (SAC replays the whole block either way), so a block's choices are a 0
 knapsack: :func:`block_frontier` orders the candidates by seconds spared per byte and keeps
 the Pareto points of the prefixes, plus "unwrapped". :func:`choose` picks one point per
 block for the whole step: the least predicted recompute time whose predicted peak fits the
-budget (a greedy descent by bytes freed per second added, then a pass that moves blocks back
-up while the peak still fits).
+budget (the better of a greedy descent by bytes freed per second added, followed by a pass that
+moves blocks back up while the peak still fits, and a dynamic program over the blocks with the
+bytes held so far, rounded up, as its state).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..cost.model import CostModel, DeviceProfile, PROFILES
 from ..graph.graph import Graph, Node
@@ -294,18 +297,72 @@ def choose(frontiers: list[list[Point]], target: int | None, outside: "Outside |
         cur[best_k] = frontiers[best_k][pos[best_k]]
         peak = step_peak(cur, outside)
     if peak > target:  # the greedy ran out of moves before the floor: take the floor
-        return Choice(least, floor, sum(p.recompute for p in least), True, target)
-    # move blocks back towards less recomputation while the peak still fits
-    improved = True
-    while improved:
-        improved = False
-        for k, f in enumerate(frontiers):
-            for j in range(pos[k]):
-                trial = cur[:k] + [f[j]] + cur[k + 1:]
-                if f[j].recompute < cur[k].recompute and step_peak(trial, outside) <= target:
-                    cur, pos[k], improved = trial, j, True
-                    break
+        cur = list(least)
+    else:
+        # move blocks back towards less recomputation while the peak still fits
+        improved = True
+        while improved:
+            improved = False
+            for k, f in enumerate(frontiers):
+                for j in range(pos[k]):
+                    trial = cur[:k] + [f[j]] + cur[k + 1:]
+                    if f[j].recompute < cur[k].recompute and step_peak(trial, outside) <= target:
+                        cur, pos[k], improved = trial, j, True
+                        break
+    dp = _choose_dp(frontiers, target, _outside(outside))
+    if dp is not None and step_peak(dp, outside) <= target and \
+            sum(p.recompute for p in dp) < sum(p.recompute for p in cur):
+        cur = dp
     return Choice(cur, step_peak(cur, outside), sum(p.recompute for p in cur), True, target)
+
+
+def _choose_dp(frontiers: list[list[Point]], target: int, o: Outside, buckets: int = 2048) -> list[Point] | None:
+    """The least-recompute choice by dynamic programming over the blocks in forward order, the
+    held bytes before each block rounded up to ``target / buckets`` (so a choice it returns fits;
+    one within a bucket of the target may be missed, which :func:`choose`'s greedy covers). The
+    state is the bytes held so far; block ``j``'s point must leave room for its backward
+    (``o.before + o.kept + held before j + live``) and the last state for ``o.total``."""
+    unit = max(target / buckets, 1.0)
+    inf = float("inf")
+    cost = np.full(buckets + 1, inf)
+    cost[0] = 0.0
+    back = []
+    for f in frontiers:
+        new = np.full(buckets + 1, inf)
+        pick = np.full(buckets + 1, -1, dtype=np.int64)
+        for idx, p in enumerate(f):
+            h = int(np.ceil(p.held / unit))
+            room = (target - o.before - o.kept - p.live) / unit
+            if room < 0 or h > buckets:
+                continue
+            top = min(int(np.floor(room)), buckets - h)
+            if top < 0:
+                continue
+            cand = cost[:top + 1] + p.recompute
+            seg = new[h:h + top + 1]
+            better = cand < seg
+            if better.any():
+                seg[better] = cand[better]
+                pick[h:h + top + 1][better] = idx
+        back.append(pick)
+        cost = new
+    last = int(np.floor((target - o.total) / unit))
+    if last < 0:
+        return None
+    last = min(last, buckets)
+    end = int(np.argmin(cost[:last + 1]))
+    if not np.isfinite(cost[end]):
+        return None
+    out: list[Point] = []
+    b = end
+    for f, pick in zip(reversed(frontiers), reversed(back)):
+        idx = int(pick[b])
+        if idx < 0:
+            return None
+        p = f[idx]
+        out.append(p)
+        b -= int(np.ceil(p.held / unit))
+    return out[::-1]
 
 
 def decisions(bp: BlockPlan, point: Point, offload: bool = False) -> dict:
