@@ -283,6 +283,9 @@ def test_new_shapes_plan_again_from_a_cache(monkeypatch):
     # one signature per shape, each captured once
     assert len(captured) == 2
     assert len(model._remat_planner.plans) == 2
+    # what autograd saves outside the blocks is measured once per input shape too
+    outs = model._remat_planner._outside_by_sig
+    assert len(outs) == 2 and len({o.after for o in outs.values()}) == 2
 
 
 def test_blocks_argument_forms():

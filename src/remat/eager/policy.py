@@ -131,6 +131,8 @@ class Planner:
         self.targets: dict = {}
         self.outside = Outside()
         self.outside_measured = False
+        self._outside_by_sig: dict = {}
+        self._root_sig = None
         self._before = None
         self.hf_route = False
         self._tls = threading.local()
@@ -149,7 +151,7 @@ class Planner:
             self._handles.append(m.register_forward_pre_hook(partial(self._pre_hook, name), with_kwargs=True))
             self._handles.append(m.register_forward_hook(self._post_hook, always_call=True))
         if not (len(self.blocks) == 1 and self.blocks[0][1] is self.model):
-            self._handles.append(self.model.register_forward_pre_hook(self._root_pre))
+            self._handles.append(self.model.register_forward_pre_hook(self._root_pre, with_kwargs=True))
             self._handles.append(self.model.register_forward_hook(self._root_post, always_call=True))
 
     def remove_hooks(self) -> None:
@@ -169,13 +171,24 @@ class Planner:
         self._tls.current = None
         return None
 
-    def _root_pre(self, module, args):
-        if self._measure is None and not self.outside_measured and torch.is_grad_enabled():
-            self._measure = {}
-            self._before = None
-            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
-            hooks.__enter__()
-            self._measure_ctx = hooks
+    def _root_pre(self, module, args, kwargs):
+        if self._measure is not None or not torch.is_grad_enabled() or not module.training:
+            return None
+        sig = _sig((tuple(args), dict(kwargs)))
+        known = self._outside_by_sig.get(sig)
+        if known is not None:  # inputs of a shape seen before: their outside is known
+            if known != self.outside or not self.outside_measured:
+                self.outside, self.outside_measured = known, True
+                self.replan()
+            return None
+        # new input shapes: measure what autograd saves outside the blocks in this forward
+        self._root_sig = sig
+        self.outside_measured = False
+        self._measure = {}
+        self._before = None
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        hooks.__enter__()
+        self._measure_ctx = hooks
         return None
 
     def _root_post(self, module, args, output):
@@ -198,6 +211,7 @@ class Planner:
         self.outside = Outside(before=sum(b for k, b in seen.items() if k in before),
                                after=sum(after) + 2 * max(after, default=0), kept=kept)
         self.outside_measured = True
+        self._outside_by_sig[self._root_sig] = self.outside
         self._input_keys = set()
         self.replan()
         return None
