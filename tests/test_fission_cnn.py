@@ -1,6 +1,7 @@
 """Fission on CNNs (issue 31): the batch is never split across a training-mode batch norm
-(its statistics need the whole batch), and the plan says so; in eval mode the same network
-splits along the batch, and training with the split plan gives eager's gradients."""
+(its statistics need the whole batch), and the plan says so; in eval mode, and with group
+norm or layer norm, the same network splits along the batch, and training with the split
+plan gives eager's gradients."""
 
 import pytest
 import torch
@@ -9,13 +10,18 @@ from torch import nn
 import remat
 
 
-class _Net(nn.Module):
-    """Two convolutions with batch norm, pooled, and a classifier's cross-entropy."""
+NORMS = {"batch": lambda c: nn.BatchNorm2d(c), "group": lambda c: nn.GroupNorm(4, c),
+         "layer": lambda c: nn.GroupNorm(1, c)}
 
-    def __init__(self):
+
+class _Net(nn.Module):
+    """Two convolutions with a norm, pooled, and a classifier's cross-entropy."""
+
+    def __init__(self, norm="batch"):
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-                                 nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        mk = NORMS[norm]
+        self.net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), mk(16), nn.ReLU(),
+                                 nn.Conv2d(16, 16, 3, padding=1), mk(16), nn.ReLU(),
                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
 
     def forward(self, x, y):
@@ -37,9 +43,15 @@ def test_training_mode_batch_norm_is_never_split_along_the_batch_and_the_plan_sa
     assert "training-mode batch norm" in p.summary()
 
 
-def test_eval_mode_batch_norm_splits_along_the_batch_with_eagers_gradients():
+@pytest.mark.parametrize("norm", ["batch", "group", "layer"])
+def test_eval_mode_batch_norm_and_group_norms_split_along_the_batch_with_eagers_gradients(norm):
+    """Eval-mode batch norm (running statistics), group norm and layer norm (per-sample
+    statistics; their decomposition reshapes through ``as_strided``, which the parts run as
+    ``view``) split the batch."""
     torch.manual_seed(0)
-    model = _Net().eval()  # running statistics: each sample is normalized on its own
+    model = _Net(norm)
+    if norm == "batch":
+        model.eval()  # running statistics: each sample is normalized on its own
     x, y = _data()
     plans = []
     step = remat.compile(model, budget="min", compiler="eager", cache=False,

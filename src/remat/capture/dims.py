@@ -381,6 +381,21 @@ def _reshape(node) -> _Table | None:
     return _Table(links, shape, merged=frozenset(merged))
 
 
+def _as_strided(node) -> _Table | None:
+    """An ``as_strided`` that is a view (a contiguous input, contiguous strides of its size,
+    no offset: how group norm's decomposition reshapes its statistics) links as a reshape; any
+    other links nothing. A fission runs its parts as ``view`` (:mod:`remat.lower.fission`)."""
+    x = node.args[0] if node.args else None
+    val, out = _val(x), _val(node)
+    if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return None
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    if not val.is_contiguous() or not out.is_contiguous() or offset not in (None, 0) \
+            or val.storage_offset() != 0 or val.numel() != out.numel():
+        return None
+    return _reshape(node)
+
+
 def _matmul(a, b, out_ndim, k=True):
     """``a @ b`` with numpy's rules (1-D operands, broadcast batch dims); k -> -1."""
     ra, rb = _ndim(a), _ndim(b)
@@ -616,6 +631,7 @@ _TABLES = {
     **dict.fromkeys((aten.view, aten._unsafe_view, aten.reshape, aten.view_copy, aten._reshape_alias,
                      aten._reshape_copy, aten.flatten, aten.unflatten, prims.reshape, prims.collapse_view,
                      prims.collapse, prims.split_dim), _reshape),
+    aten.as_strided: _as_strided,
 }
 
 _RULES = {

@@ -59,7 +59,7 @@ from ..errors import GraphError
 from .graph import Graph, Node
 
 
-RESHAPES = frozenset({"view", "_unsafe_view", "reshape", "view_copy", "_reshape_alias", "_reshape_copy",
+RESHAPES = frozenset({"view", "_unsafe_view", "reshape", "view_copy", "_reshape_alias", "_reshape_copy", "as_strided",
                       "flatten", "unflatten", "collapse_view", "collapse", "split_dim"})
 """The ops (``Node.op`` up to its overload) whose links may join dims of different lengths
 (merge links: the merged dim's length a multiple of the other's)."""

@@ -172,6 +172,8 @@ class _Unroll:
         kwargs = map_arg(v.kwargs, self._remap(k, v))
         args, kwargs = _part_sizes(v, args, kwargs, self.f.axis[v.name], self.n)
         target = v.target
+        if target is aten.as_strided.default:  # linked only where it is a view (capture.dims)
+            target, args, kwargs = aten.view.default, (args[0], args[1]), {}
         if self.f.outputs.get(v.name) == MEAN:
             target = _MEAN_PARTS[target]  # a mean's part is a sum over the same dims
         if target in _VIEWS and not _viewable(args[0], args[1]):
