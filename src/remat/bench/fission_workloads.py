@@ -53,6 +53,7 @@ def _why_not(plan) -> str:
 def run_workload(name: str, repeats: int = 5, modes=MODES) -> list[Row]:
     import remat
 
+    torch._dynamo.reset()  # every workload's loss wrapper is one code object: 5 compiles each
     case = magis_case(name, "quick")
     base_model = case.model
     steps, plans, models = {}, {}, {}
