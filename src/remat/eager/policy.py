@@ -94,11 +94,10 @@ def _raw_forward(module: torch.nn.Module):
     """The module's own forward, below transformers' checkpointing wrapper (which would
     checkpoint the capture itself)."""
     fwd = type(module).forward
-    while hasattr(fwd, "__wrapped__") and getattr(fwd, "__name__", "") == "forward":
-        inner = fwd.__wrapped__
-        if inner is fwd:
-            break
-        fwd = inner
+    # only transformers' own wrapper (functools.wraps keeps the name, not the code's)
+    while getattr(getattr(fwd, "__code__", None), "co_name", "") == "forward_with_checkpointing" and \
+            getattr(fwd, "__wrapped__", fwd) is not fwd:
+        fwd = fwd.__wrapped__
     return fwd.__get__(module)
 
 
