@@ -169,6 +169,11 @@ def test_pool_reuses_buffers(net):
             reserved = off.pool.reserved_bytes
     assert off.pool.bytes == 0  # every buffer came back
     assert off.pool.reserved_bytes == reserved  # and was reused
+    with offload_hooks(ALL, offloader=off):  # a forward whose backward never runs
+        loss = model(x)
+    assert off.pool.bytes > 0
+    del loss
+    assert off.pool.bytes == 0  # its buffers came back with its handles
     pool = HostPool(pinned=False)
     b = pool.get(1000)
     assert b.numel() == 1024 and pool.bytes == 1024

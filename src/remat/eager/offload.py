@@ -241,6 +241,7 @@ class Handle:
     reload_event: Any = None
     key: Any = None
     index: int = -1  # position among its Offloader session's values (forward order)
+    release: Any = None  # gives the host buffer back if the handle goes unread
 
 
 @dataclass
@@ -293,6 +294,9 @@ class Offloader:
         h = Handle(t.shape, t.dtype, t.device, nbytes, t.requires_grad, stride=tuple(t.stride()))
         buf = self.pool.get(nbytes)
         h.host = buf
+        # a value never read back (a forward without its backward) gives its buffer back when
+        # its handle goes; later copies into it queue behind this one on the same stream
+        h.release = weakref.finalize(h, self.pool.put, buf)
         host = buf[:nbytes].view(t.dtype).as_strided(t.shape, h.stride)  # the same layout
         if self.cuda:
             current = torch.cuda.current_stream(t.device)
@@ -331,6 +335,8 @@ class Offloader:
                 out = torch.empty_strided(h.shape, h.stride, dtype=h.dtype, device=h.device)
                 out.copy_(host)
         h.reloaded = out
+        if h.release is not None:
+            h.release.detach()
         self.pool.put(h.host)  # later copies into it are queued behind this one (same stream)
         h.host = None
         self.stats.reloaded += 1
