@@ -57,8 +57,17 @@ Copies (:class:`Offloader`):
 Reloading ahead ("prefetch"): under :func:`offload_hooks` the values are kept in forward order,
 and reading one in the backward starts the reload of the next ``prefetch`` values before it (the
 backward reads roughly in reverse); under :func:`selective_offload_contexts` a block's
-recomputation starts its own reloads and those of the block before it. The default is 2 on CUDA
-and 0 on a CPU (where a reload ahead only holds memory longer).
+recomputation starts its own reloads and those of the ``prefetch`` blocks run before it (a block
+reads its values from its recomputation's start, so its own cannot start earlier without a hook
+in the block after it). The default is 2 on CUDA and 0 on a CPU (where a reload ahead only holds
+memory longer).
+
+What is never offloaded: tensors under ``min_bytes`` (1 KiB), parameters, tensor subclasses
+(DTensor, fake tensors), tensors on another device, the region's own inputs (hooks), and values
+whose elements are not dense in memory in some order of their dimensions (an expanded view):
+copies keep a value's strides, since code reading it may depend on them (SAC's recomputation
+does: a ``.contiguous()`` that was free in the forward and copies after a reload is an op SAC
+never cached). A value saved by several autograd nodes is copied once.
 
 Whether to offload a value or recompute it depends on the link: :func:`eager_link` is the link
 the plan should price copies with (measured once per GPU by :mod:`remat.capture.link`, a memcpy on
