@@ -63,7 +63,8 @@ in the block after it). The default is 2 on CUDA and 0 on a CPU (where a reload 
 memory longer).
 
 What is never offloaded: tensors under ``min_bytes`` (1 KiB), parameters, tensor subclasses
-(DTensor, fake tensors), tensors on another device, the region's own inputs (hooks), and values
+(DTensor, fake tensors), tensors on another device, under op-call decisions the tensors made
+outside the region (its inputs: no op of it produced them), and values
 whose elements are not dense in memory in some order of their dimensions (an expanded view):
 copies keep a value's strides, since code reading it may depend on them (SAC's recomputation
 does: a ``.contiguous()`` that was free in the forward and copies after a reload is an op SAC
