@@ -74,6 +74,34 @@ def test_context_fn_through_gradient_checkpointing_enable():
     s = fn.summary()
     assert any(r.plan in ("selective", "full") for r in s.rows)
     assert "LlamaDecoderLayer" in str(s)
+    # the plan runs inside transformers' checkpoint: its backward re-runs exactly the forward-only
+    # ops (silu, rsqrt) the plan neither keeps nor leaves unwrapped
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    fwd_only = {torch.ops.aten.silu.default, torch.ops.aten.rsqrt.default}
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += func in fwd_only
+            return func(*args, **(kwargs or {}))
+
+    from remat.eager.plan import replayed
+
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(2)
+    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+    with Count():
+        loss.backward()
+    expected = 0
+    for name, layer in planner.blocks:
+        bp, point = planner.plans[planner.block_key[name]], planner.choice[name]
+        assert layer.gradient_checkpointing == (not point.unwrapped)
+        if not point.unwrapped:
+            expected += sum(1 for i, op in enumerate(bp.capture.ops[:replayed(bp.capture)])
+                            if op.func in fwd_only and i not in point.kept)
+    assert Count.n == expected and expected > 0, (Count.n, expected)
 
 
 def test_checkpoint_uses_transformers_route_and_meets_budget():
