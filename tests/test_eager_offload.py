@@ -458,3 +458,27 @@ def test_docstring_examples():
     import remat.eager.offload as module
 
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+# -- the GPU check's eager stage, on this CPU ----------------------------------------------------
+
+def test_gpu_check_eager_stage_on_cpu():
+    """The stage's variants are made, and two of them run in this process on a small GPT-2:
+    offload-everything, and remat with offloading through SAC's cache (which had failed in SAC's
+    recomputation on GPT-2's attention output before copies kept strides)."""
+    import json
+
+    from remat.bench import gpu_check
+    from remat.bench.eager import GPU_CHECK_VARIANTS
+
+    args = gpu_check.parse_args(["/tmp/unused", "--cpu", "--stages", "eager", "--steps", "0"])
+    specs = gpu_check._variants(args)
+    assert [s["name"] for s in specs] == [v["name"] for v in GPU_CHECK_VARIANTS]
+    small = {"layers": 2, "width": 64, "heads": 4, "seq": 64, "batch": 4, "vocab": 64}
+    for name in ("eager-offload-all", "eager-remat-0.5-offload"):
+        spec = json.loads(json.dumps({**next(s for s in specs if s["name"] == name), "model": small,
+                                      "threads": None}))
+        row = gpu_check.run_variant(spec, None)
+        assert row["status"] == "ok", row.get("error")
+        assert row["grad_rel"] == 0.0, row["grad_rel"]
+        assert row["offloads_first"] > 0, row

@@ -411,6 +411,10 @@ def run_gpu_check_variant(spec: dict, row, case) -> None:
         s = model.remat_summary()
         fields.update(pred_fraction=s.peak / s.peak_eager if s.peak_eager else None, pred_peak_bytes=s.peak,
                       plans="; ".join(f"{r.cls} x{len(r.blocks)} {r.plan}" for r in s.rows), summary=str(s))
+    off = kept.get("offloader")
+    off = off() if callable(off) else off
+    if off is not None:  # after the first step
+        fields.update(offloads_first=off.stats.offloaded, host_bytes=off.host_peak_bytes)
     row.save(phase="measuring", **fields)
     if not spec.get("steps"):
         row["status"] = "ok"
@@ -426,9 +430,7 @@ def run_gpu_check_variant(spec: dict, row, case) -> None:
         torch.cuda.synchronize()
         resv = int(torch.cuda.max_memory_reserved() - before)
     extra = {}
-    off = kept.get("offloader")
-    off = off() if callable(off) else off
-    if off is not None:
+    if off is not None:  # over every step so far
         extra = {"host_bytes": off.host_peak_bytes, "offloads": off.stats.offloaded}
     row.save(phase="timing", peak_bytes=alloc, reserved_bytes=resv, **extra)
     t = M.step_time({spec["name"]: step}, repeats=int(spec["steps"]), warmup=1, device=device)[spec["name"]]
