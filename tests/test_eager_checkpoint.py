@@ -429,3 +429,35 @@ def test_choice_is_optimal_on_small_random_steps():
         assert c.feasible and c.peak <= target
         assert c.recompute <= min(fits) + 1e-9
     assert checked > 50
+
+
+class ConvBlock(nn.Module):
+    def __init__(self, c: int, p: float = 0.0) -> None:
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c)
+        self.c2, self.b2 = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(x + self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
+
+
+@pytest.mark.parametrize("budget", ["min", 0.6])
+def test_batchnorm_running_statistics_updated_once(budget):
+    """A replay would update BatchNorm's running statistics a second time: remat restores them."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Sequential(*[ConvBlock(8) for _ in range(3)]),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    model = copy.deepcopy(ref)
+    remat.checkpoint(model, budget=budget, profile=PROFILE)
+    x = torch.randn(4, 3, 16, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", remat.RematBudgetWarning)
+        for _ in range(2):
+            for m in (ref, model):
+                m.zero_grad(set_to_none=True)
+                m(x).square().mean().backward()
+    assert any(not p.unwrapped for p in model._remat_planner.choice.values())  # some block replays
+    for a, b in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-6)
+    for (n, a), b in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=n)

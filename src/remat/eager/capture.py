@@ -78,6 +78,8 @@ class OpCall:
     mutates: bool  # writes into one of its arguments
     needed: bool = False  # autograd saves (a view of) its output for the backward
     mutated_later: bool = False  # a later op writes into its output
+    side_effect: bool = False  # writes into state outside the block's values (a buffer, an input):
+    # a replay writes it again (remat restores the block's buffers around its replay)
 
 
 @dataclass
@@ -149,6 +151,11 @@ def _category(func, fresh: bool, mutates: bool, random: bool = False) -> str:
     return "other"
 
 
+_UNDECLARED_STATE = {torch.ops.aten.native_batch_norm, torch.ops.aten.cudnn_batch_norm,
+                     torch.ops.aten.miopen_batch_norm}
+"""Ops that write into arguments (running statistics) without saying so in their schema."""
+
+
 def _written(func, args, kwargs):
     """(schema argument, tensor) for each argument ``func`` writes into."""
     out = []
@@ -196,11 +203,20 @@ class _Recorder(TorchDispatchMode):
             else:
                 nbytes += storage_bytes(o)
         i = len(self.ops)
+        side_effect = False
         if mutates:
             for sa, a in _written(func, args, kwargs):
                 src = self.known.get(storage_key(a))
                 if src is not None and src[0] == "op":
                     self.ops[src[1]].mutated_later = True
+                else:  # writes into a buffer or an input (BatchNorm's running statistics)
+                    side_effect = True
+            # SAC can cache only fresh outputs: an in-place op's output is the tensor it wrote, whose
+            # version changes after the cache took it (x.add_(1) stays recomputed)
+            side_effect = side_effect and bool(outs) and not any(storage_key(o) in in_keys for o in outs)
+        elif func.overloadpacket in _UNDECLARED_STATE and len(args) > 5 and args[5] is True and \
+                any(isinstance(a, torch.Tensor) for a in args[3:5]):
+            side_effect = True  # batch norm in training updates running statistics its schema does not declare
         for o in outs:
             self.known.setdefault(storage_key(o), ("op", i))
         self.keep.append(out)
@@ -210,8 +226,8 @@ class _Recorder(TorchDispatchMode):
         flops = _flops(func, args, kwargs, out) or _attention_flops(func, args, out)
         category = _category(func, fresh, mutates, _draws_random(func, args, kwargs))
         logical = sum(o.numel() * o.element_size() for o in outs)
-        self.ops.append(OpCall(func, str(func), index, tuple(ins), nbytes if fresh else 0, logical, shapes, dtype,
-                               flops, category, fresh, mutates))
+        self.ops.append(OpCall(func, str(func), index, tuple(ins), nbytes if fresh else 0, logical,
+                               shapes, dtype, flops, category, fresh, mutates, side_effect=side_effect))
         return out
 
 

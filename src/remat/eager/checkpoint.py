@@ -94,7 +94,8 @@ def _checkpointed_forward(planner: Planner, name: str, module, forward, *args, *
         return forward(*args, **kwargs)
     # saving nothing is plain checkpointing (Planner.context_fn returns no dispatch mode then)
     return _torch_checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True,
-                             context_fn=functools.partial(planner.context_fn, planner.tables(bp, point)), **kwargs)
+                             context_fn=functools.partial(planner.context_fn, planner.tables(bp, point), name),
+                             **kwargs)
 
 
 def _undo(model, planner: Planner) -> None:

@@ -149,10 +149,7 @@ def block_plan(key: tuple, cls: str, cap, profile: DeviceProfile | None = None,
     g = block_graph(cap, name=cls)
     model = CostModel(profile)
     all_costs = model.op_costs(g)
-    costs = []
-    for i, op in enumerate(cap.ops):
-        c = all_costs[g.index(f"f{i}")]
-        costs.append(profile.launch_seconds if op.category == "view" else c)
+    costs = [all_costs[g.index(f"f{i}")] for i in range(len(cap.ops))]
     bp.graph, bp.costs = g, costs
     bp.forward_seconds = sum(costs)
     bp.backward_seconds = sum(all_costs[j] for j, n in enumerate(g.nodes) if n.role == "backward")

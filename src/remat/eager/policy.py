@@ -123,6 +123,7 @@ class Planner:
             raise OptionError(f"no blocks found in {type(model).__name__}: name them with blocks= (a class, "
                               "a list of module names, or a predicate f(name, module) -> bool)")
         self.order = {name: k for k, (name, _) in enumerate(self.blocks)}
+        self._modules = dict(self.blocks)
         self.plans: dict[tuple, BlockPlan] = {}
         self.block_key: dict[str, tuple] = {}
         self.choice: dict[str, object] = {}
@@ -341,29 +342,31 @@ class Planner:
             point = bp.least_saved
         return self.tables(bp, point)
 
-    def context_fn(self, tables=None):
+    def context_fn(self, tables=None, name: str | None = None):
         """A ``context_fn`` for ``torch.utils.checkpoint`` (non-reentrant): the SAC contexts of one
         checkpointed call, with the running block's decisions (``tables``, else looked up when the
         call starts or at its first op) bound for the whole call."""
         tls = self._tls
-        if tables is None and getattr(tls, "current", None) in self.block_key:
-            tables = self.tables_for(tls.current)  # transformers >= 5 runs the block's hooks first
-        if tables is not None and not tables[0]:  # saves nothing: plain checkpointing, no dispatch mode
-            return torch.utils.checkpoint.noop_context_fn()
+        name = getattr(tls, "current", None) if name is None else name
+        if tables is None and name in self.block_key:
+            tables = self.tables_for(name)  # transformers >= 5 runs the block's hooks first
         state = {"table": None if tables is None else tables[0],
-                 "offloaded": None if tables is None else tables[1], "counts": {}}
+                 "offloaded": None if tables is None else tables[1], "counts": {}, "name": name}
+        if tables is not None and not tables[0]:  # saves nothing: plain checkpointing, no dispatch mode
+            return self._restoring(torch.utils.checkpoint.noop_context_fn(), state)
 
         def policy_fn(ctx, func, *args, **kwargs):
             t = state["table"]
             if t is None:
-                t, state["offloaded"] = self.tables_for(getattr(tls, "current", None))
+                state["name"] = getattr(tls, "current", None)
+                t, state["offloaded"] = self.tables_for(state["name"])
                 state["table"] = t
             counts = state["counts"]
             k = counts.get(func, 0)
             counts[func] = k + 1
             return CheckpointPolicy.MUST_SAVE if (func, k) in t else CheckpointPolicy.PREFER_RECOMPUTE
 
-        contexts = create_selective_checkpoint_contexts(policy_fn)
+        contexts = self._restoring(create_selective_checkpoint_contexts(policy_fn), state)
         off = self._offload_module()
         if off is None:
             return contexts
@@ -375,6 +378,34 @@ class Planner:
         if self._offloader is None:
             self._offloader = off.Offloader()
         return off.wrap_sac_contexts(contexts, offloaded, offloader=self._offloader)
+
+    def _restoring(self, contexts, state):
+        """``contexts`` whose recomputation context restores the block's buffers after the replay:
+        a block's forward may update state (BatchNorm's running statistics) that the replay
+        would update a second time."""
+        modules = self._modules
+
+        class Restore:
+            def __init__(self, inner):
+                self.inner = inner
+                self.saved = []
+
+            def __enter__(self):
+                m = modules.get(state.get("name"))
+                self.saved = [(b, b.detach().clone()) for b in m.buffers()] if m is not None else []
+                return self.inner.__enter__()
+
+            def __exit__(self, *exc):
+                try:
+                    return self.inner.__exit__(*exc)
+                finally:
+                    with torch.no_grad():
+                        for b, v in self.saved:
+                            b.copy_(v)
+                    self.saved = []
+
+        forward, recompute = contexts
+        return forward, Restore(recompute)
 
     def _offload_chooser(self, device: str):
         """With ``offload``: ``(candidates, overlap_seconds) -> {index: copy seconds}``, the values
