@@ -174,6 +174,7 @@ class _Recorder(TorchDispatchMode):
         self.counts: dict = {}
         self.keep: list = []  # outputs stay alive so that no storage address is reused
         self.data_dependent: str | None = None
+        self.written: set = set()  # storages outside the block's values that ops write into
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -211,12 +212,14 @@ class _Recorder(TorchDispatchMode):
                     self.ops[src[1]].mutated_later = True
                 else:  # writes into a buffer or an input (BatchNorm's running statistics)
                     side_effect = True
+                    self.written.add(storage_key(a))
             # SAC can cache only fresh outputs: an in-place op's output is the tensor it wrote, whose
             # version changes after the cache took it (x.add_(1) stays recomputed)
             side_effect = side_effect and bool(outs) and not any(storage_key(o) in in_keys for o in outs)
         elif func.overloadpacket in _UNDECLARED_STATE and len(args) > 5 and args[5] is True and \
                 any(isinstance(a, torch.Tensor) for a in args[3:5]):
             side_effect = True  # batch norm in training updates running statistics its schema does not declare
+            self.written.update(storage_key(a) for a in args[3:5] if isinstance(a, torch.Tensor))
         for o in outs:
             self.known.setdefault(storage_key(o), ("op", i))
         self.keep.append(out)
@@ -328,6 +331,7 @@ def capture_block(forward, args: tuple, kwargs: dict, module: torch.nn.Module) -
     out_bytes = sum(storage_bytes(o) for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor))
     cap = BlockCapture(ops, input_bytes, eager, out_bytes, device=device, autocast=_autocast_state(),
                        replayed=replayed[0])
+    cap.meta["written_buffers"] = [n for n, b in module.named_buffers() if storage_key(b) in recorder.written]
     if recorder.data_dependent:
         cap.supported = False
         cap.reason = (f"data-dependent control flow: {recorder.data_dependent} passes a tensor's value "

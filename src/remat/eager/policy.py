@@ -380,10 +380,17 @@ class Planner:
         return off.wrap_sac_contexts(contexts, offloaded, offloader=self._offloader)
 
     def _restoring(self, contexts, state):
-        """``contexts`` whose recomputation context restores the block's buffers after the replay:
-        a block's forward may update state (BatchNorm's running statistics) that the replay
-        would update a second time."""
-        modules = self._modules
+        """``contexts`` whose recomputation context restores, after the replay, the buffers the
+        block's forward writes (capture records them: BatchNorm's running statistics and batch
+        count), which the replay would update a second time."""
+        modules, planner = self._modules, self
+
+        def written(name):  # the buffers the block's forward writes (capture), else none
+            bp = planner.plans.get(planner.block_key.get(name))
+            m = modules.get(name)
+            if bp is None or m is None:
+                return []
+            return [m.get_buffer(n) for n in bp.capture.meta.get("written_buffers", ())]
 
         class Restore:
             def __init__(self, inner):
@@ -391,8 +398,7 @@ class Planner:
                 self.saved = []
 
             def __enter__(self):
-                m = modules.get(state.get("name"))
-                self.saved = [(b, b.detach().clone()) for b in m.buffers()] if m is not None else []
+                self.saved = [(b, b.detach().clone()) for b in written(state.get("name"))]
                 return self.inner.__enter__()
 
             def __exit__(self, *exc):
