@@ -193,16 +193,17 @@ def _moved_curve(device: str, timer, target: float, fixed: float, large: int, ba
 
 @functools.cache
 def cpu_profile() -> DeviceProfile:
-    """This CPU's fp32 matmul FLOP/s (1024x1024 matmul), copy bandwidth (64 MiB copy) and
-    per-op overhead, at torch's current thread count. Cached per process."""
+    """This CPU's per-op fixed cost, fp32 matmul curve (16^3 to 1024^3; ``peak_flops`` the
+    largest's), convolution curve, pointwise transfer curve and copy bandwidth (64 MiB copy),
+    at torch's current thread count (about 3 s). Cached per process."""
     return _measure("cpu", 1024, 64 << 20)
 
 
 @functools.cache
 def cuda_profile(device: str = "cuda") -> DeviceProfile:
-    """The GPU's matmul FLOP/s (4096x4096 in fp32 at torch's current matmul precision),
-    copy bandwidth (512 MiB copy) and per-kernel launch time, timed with CUDA events.
-    Cached per process and device."""
+    """The GPU's per-kernel launch time, matmul curve (64^3 to 4096^3 in fp32 at torch's
+    current matmul precision), convolution curve, transfer curve and copy bandwidth (512 MiB
+    copy), timed with CUDA events. Cached per process and device."""
     import torch
 
     if not torch.cuda.is_available():
