@@ -7,7 +7,7 @@ plans are: lowered by the partitioner with ``plan.fissions``), beside ``no-recom
 plan's step is measured (the least of an alternating loop's samples: others share this machine
 and only ever slow a step down; the median is in the JSON) and predicted by the simulator with
 this machine's calibrated profile (``remat.cost.calibrate.cpu_profile``: per-op fixed cost,
-matmul/convolution and bandwidth curves), in the additive view under the eager compiler and
+matmul/convolution and bandwidth curves, a pointwise element's arithmetic), in the additive view under the eager compiler and
 the fusion-aware one under inductor. ``ratio error`` is the predicted ratio to no-recompute over
 the measured one. Beside it: the ratio the default CPU profile predicts (what planning uses:
 ``remat.cost.model.PROFILES["cpu"]``, per-kernel pricing with fixed numbers), and the one the

@@ -182,4 +182,18 @@ def test_calibration_returns_sane_monotone_numbers():
     moved = [r for _, r in p.bandwidth_curve]
     assert moved == sorted(moved, reverse=True) and all(1e6 < r < 1e14 for r in moved)
     assert 1e6 < p.bandwidth < 1e14
+    assert 1e-13 < p.element_seconds < 1e-6
     assert math.isclose(p.rate(p.matmul_curve[0][0]), p.matmul_curve[0][1])
+
+
+def test_pointwise_elements_cost_their_arithmetic_where_the_profile_says():
+    """``element_seconds`` prices a pointwise op's output elements and a reduction's input
+    elements (FLOPs the graph does not count); the default profiles leave it at 0."""
+    g = mlp()
+    p = DeviceProfile("t", peak_flops=1e30, bandwidth=1e30, element_seconds=1e-9)
+    arith = dict(zip((v.name for v in g.nodes), CostModel(p).arithmetic(g)))
+    assert arith["b"] == pytest.approx(B * H * 1e-9)  # relu: B x H float32 elements
+    assert arith["loss"] == pytest.approx(B * H * 1e-9)  # the sum reduces y's B x H
+    assert arith["a"] == pytest.approx(0.0, abs=1e-20) and arith["x"] == 0.0
+    assert PROFILES["cpu"].element_seconds == 0.0
+    assert CostModel(PROFILES["cpu"]).arithmetic(g)[g.index("b")] == 0.0

@@ -137,6 +137,7 @@ def _measure(device: str, n_matmul: int, copy_bytes: int, dtype=None) -> DeviceP
             x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
 
     convs = _curve([conv(*shape) for shape in CONV_SHAPES[kind]], timer, target, op)
+    element = _element_seconds(device, timer, target, op)
     src = torch.empty(copy_bytes // 4, device=device, dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
     t = _best(lambda: dst.copy_(src), repeats=7, timer=timer)
@@ -150,7 +151,24 @@ def _measure(device: str, n_matmul: int, copy_bytes: int, dtype=None) -> DeviceP
     # call of a generated kernel or a library call, priced as a tiny ATen op too
     return DeviceProfile(f"{name} (measured)", matmul[-1][1], bandwidth, op, conv_workspace=work,
                          op_seconds=op, view_seconds=view, matmul_curve=matmul, conv_curve=convs,
-                         bandwidth_curve=moved)
+                         bandwidth_curve=moved, element_seconds=element)
+
+
+ELEMENT_OPS = ("mul", "exp", "erf", "tanh")
+"""The pointwise ops whose mean time per element, on operands in cache, is ``element_seconds``
+(a multiply is 20x cheaper than an ``erf`` here: a mix)."""
+
+
+def _element_seconds(device: str, timer, target: float, fixed: float, numel: int = 1 << 16) -> float:
+    """Mean seconds per element of :data:`ELEMENT_OPS` on ``numel`` cache-resident elements
+    (written into a preallocated output), above an op's fixed cost."""
+    import torch
+
+    x, y, out = (torch.randn(numel, device=device) for _ in range(3))
+    calls = {"mul": lambda: torch.mul(x, y, out=out), "exp": lambda: torch.exp(x, out=out),
+             "erf": lambda: torch.erf(x, out=out), "tanh": lambda: torch.tanh(x, out=out)}
+    per = [max(_per_call(calls[k], timer, target) - fixed, 0.0) / numel for k in ELEMENT_OPS]
+    return sum(per) / len(per)
 
 
 COPY_SIZES = (1 << 16, 1 << 19, 1 << 22, 1 << 24, 1 << 26)

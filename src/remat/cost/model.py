@@ -55,7 +55,10 @@ class DeviceProfile:
     (:data:`Curve`; empty: ``peak_flops`` at every size; a convolution without its own curve
     reads the matmul's); ``bandwidth_curve``: the bytes/s one op moving that many bytes
     reaches, ``((bytes, bytes/s), ...)`` (on a CPU, data that fits a cache moves faster than
-    ``bandwidth``, a large copy's; the additive view reads it, empty: ``bandwidth``)."""
+    ``bandwidth``, a large copy's; the additive view reads it, empty: ``bandwidth``);
+    ``element_seconds``: the arithmetic of a pointwise or reduction op per element it
+    computes or reduces (an ``erf``'s, an ``exp``'s: work the graph counts no FLOPs for; 0:
+    none, the default profiles' setting, which planning uses)."""
 
     name: str
     peak_flops: float
@@ -67,6 +70,7 @@ class DeviceProfile:
     matmul_curve: Curve = ()
     conv_curve: Curve = ()
     bandwidth_curve: Curve = ()
+    element_seconds: float = 0.0
 
     @property
     def op_fixed(self) -> float:
@@ -110,6 +114,22 @@ def curve_rate(curve: Curve, flops: float) -> float:
             t = (x - math.log(f0)) / (math.log(f1) - math.log(f0))
             return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
     return float(curve[-1][1])  # not reached
+
+
+ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
+            "bool": 1, "int8": 1, "uint8": 1}
+"""Bytes per element by dtype name (others: 4)."""
+
+
+def elements(g: Graph, n: Node) -> float:
+    """The elements a pointwise op computes (its output's) or a reduction reduces (its largest
+    input's); 0 for other ops."""
+    if n.category == "pointwise":
+        return n.bytes / ITEMSIZE.get(str(n.dtype), 4)
+    if n.category == "reduction" and n.inputs:
+        u = max((g[v] for v in n.inputs), key=lambda u: u.bytes)
+        return u.bytes / ITEMSIZE.get(str(u.dtype), 4)
+    return 0.0
 
 
 def kernel_kind(n: Node) -> str:
@@ -251,7 +271,11 @@ class CostModel:
         dev = self.device
 
         def seconds(g: Graph) -> list[float]:
-            return [n.flops / dev.rate(n.flops, kernel_kind(n)) if n.flops else 0.0 for n in g.nodes]
+            out = [n.flops / dev.rate(n.flops, kernel_kind(n)) if n.flops else 0.0 for n in g.nodes]
+            if dev.element_seconds:
+                for i, n in enumerate(g.nodes):
+                    out[i] += dev.element_seconds * elements(g, n)
+            return out
         return g._derived(("arithmetic", dev), seconds)
 
     def uses_additive_time(self, g: Graph) -> bool:
