@@ -15,7 +15,7 @@ The memory model is SAC's (``torch.utils.checkpoint`` with
   is always recomputed, never saved: a saved one would not draw its numbers again and the
   masks of the random ops after it would shift);
 - while a block's backward runs it holds what eager holds for it (the values autograd
-  saves), plus its saved values the backward does not read;
+  saves) and the gradients it makes;
 - a block left unwrapped holds what autograd saves (measured at capture), recomputing nothing.
 
 Saving op ``i`` costs its output's bytes and spares its recompute time, independently of the
@@ -169,8 +169,10 @@ def _gradients(cap) -> int:
 
 
 def _live(cap, saved) -> int:
-    extra = sum(cap.ops[i].bytes for i in saved if not cap.ops[i].needed)
-    return cap.eager_bytes + extra + _gradients(cap)
+    """Bytes a block holds while its backward runs: what autograd saves for it (recomputed or
+    saved) and the gradients it makes. Saved values autograd does not keep are returned to the
+    replay one by one and dropped as it moves on, so they add nothing lasting."""
+    return cap.eager_bytes + _gradients(cap)
 
 
 def block_frontier(cap, costs: list[float], sac_overhead: float = 0.0,

@@ -98,7 +98,7 @@ class Summary:
             return head + "\n  not planned yet: plans are made at the first training call"
         lines = [head]
         for r in self.rows:
-            span = r.blocks[0] if len(r.blocks) == 1 else f"{r.blocks[0]} .. {r.blocks[-1]}"
+            span = ", ".join(r.blocks) if len(r.blocks) <= 3 else f"{r.blocks[0]} .. {r.blocks[-1]}"
             lines.append(f"  {r.cls} x{len(r.blocks)} ({span}): {r.plan}")
             if r.plan.startswith("unsupported"):
                 continue
