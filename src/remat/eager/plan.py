@@ -50,6 +50,7 @@ class Point:
     unwrapped: bool = False
     label: str = ""
     offloaded: frozenset = frozenset()  # op indices saved (MUST_SAVE) but kept in host memory
+    gradients: int = 0  # of ``live``: the estimated gradients its backward makes (the uncertain part)
 
     @property
     def kept(self) -> frozenset:
@@ -192,20 +193,22 @@ def block_frontier(cap, costs: list[float], sac_overhead: float = 0.0,
     points = []
     saved: list[int] = []
     held, spared = cap.input_bytes, 0.0
+    grads = _gradients(cap)
     points.append(Point(frozenset(), held, _live(cap, off), total + (sac if off else 0.0),
-                        label="full", offloaded=off))
+                        label="full", offloaded=off, gradients=grads))
     for i in order:
         saved.append(i)
         held += cap.ops[i].bytes
         spared += costs[i]
         s = frozenset(saved)
-        points.append(Point(s, held, _live(cap, s | off), max(total - spared, 0.0) + sac, offloaded=off))
+        points.append(Point(s, held, _live(cap, s | off), max(total - spared, 0.0) + sac, offloaded=off,
+                            gradients=grads))
     full = points[0]
     needed = frozenset(i for i in cand if cap.ops[i].needed)
     least_saved = Point(needed, cap.input_bytes + sum(cap.ops[i].bytes for i in needed), _live(cap, needed),
-                        total - sum(costs[i] for i in needed) + sac, label="autograd's")
-    eager = Point(frozenset(), cap.eager_bytes, cap.eager_bytes + _gradients(cap), 0.0, unwrapped=True,
-                  label="unwrapped")
+                        total - sum(costs[i] for i in needed) + sac, label="autograd's", gradients=grads)
+    eager = Point(frozenset(), cap.eager_bytes, cap.eager_bytes + grads, 0.0, unwrapped=True,
+                  label="unwrapped", gradients=grads)
     # Pareto filter: less held must cost more time; unwrapped (0 s) dominates what holds more
     front = [eager]
     kept: list[Point] = []

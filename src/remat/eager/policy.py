@@ -297,7 +297,19 @@ class Planner:
             target, asked = int(b.value * eager), f"{b.value:g} of the peak without checkpointing"
         else:
             target, asked = max(int(b.value) - self._resident(), 0), f"{format_bytes(int(b.value))} for the step"
-        c = choose(fronts, target, self.outside)
+        if b is None:
+            # full checkpointing's peak: the blocks may keep more only where the bytes the
+            # prediction is sure of leave room (its gradient estimate is left out, so a
+            # pessimistic estimate does not make room that the real step lacks)
+            sure = [[dataclasses.replace(p, live=p.live - p.gradients) for p in f] for f in fronts]
+            target = step_peak([dataclasses.replace(bp.full, live=bp.full.live - bp.full.gradients)
+                                for bp in plans], self.outside)
+            c = choose(sure, target, self.outside)
+            by_point = [{id(q): p for p, q in zip(f, sf)} for f, sf in zip(fronts, sure)]
+            c = Choice([m[id(q)] for m, q in zip(by_point, c.points)], step_peak(
+                [m[id(q)] for m, q in zip(by_point, c.points)], self.outside), c.recompute, c.feasible, full)
+        else:
+            c = choose(fronts, target, self.outside)
         self.last = c
         self.targets = {"eager": eager, "full": full, "target": target, "asked": asked}
         self.choice = dict(zip(names, c.points))
