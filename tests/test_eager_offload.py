@@ -481,4 +481,5 @@ def test_gpu_check_eager_stage_on_cpu():
         row = gpu_check.run_variant(spec, None)
         assert row["status"] == "ok", row.get("error")
         assert row["grad_rel"] == 0.0, row["grad_rel"]
-        assert row["offloads_first"] > 0, row
+        if name == "eager-offload-all":  # remat offloads only where the link measured here pays
+            assert row["offloads_first"] > 0, row
