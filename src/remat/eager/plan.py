@@ -162,11 +162,20 @@ def block_plan(key: tuple, cls: str, cap, profile: DeviceProfile | None = None,
     return bp
 
 
+CONV_BACKWARD_SCRATCH = 2.0
+"""The scratch of a convolution's backward, in its output's bytes: oneDNN reorders the output's
+gradient and the saved input into its blocked layouts (a CNN block of 1 MiB convolution
+outputs measured 1.84 MiB above the prediction without it, at every budget, on this CPU;
+``benchmarks/eager_checkpoint.py``'s CNN rows). cuDNN's workspace is of the same order."""
+
+
 def _gradients(cap) -> int:
-    """Gradient bytes a block's backward holds at once beyond its saved values: about the two
-    largest values of the block (an op's output gradient and its input gradient)."""
+    """Bytes a block's backward holds at once beyond its saved values: about the two largest
+    values of the block (an op's output gradient and its input gradient), and a convolution
+    backward's scratch (:data:`CONV_BACKWARD_SCRATCH`)."""
     sizes = sorted((op.bytes for op in cap.ops if op.fresh), reverse=True)
-    return int(sum(sizes[:2]))
+    convs = [op.out_bytes for op in cap.ops if "convolution" in op.name]
+    return int(sum(sizes[:2]) + (CONV_BACKWARD_SCRATCH * max(convs) if convs else 0))
 
 
 def _live(cap, saved) -> int:
