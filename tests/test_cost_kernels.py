@@ -94,7 +94,9 @@ def test_without_a_fixed_cost_or_a_curve_the_parts_cost_what_the_whole_costs():
 def test_a_small_matmul_reaches_a_lower_rate_and_parts_pay_for_it():
     cpu = PROFILES["cpu"]
     assert cpu.rate(2 * 16 ** 3) < cpu.rate(2 * 64 ** 3) < cpu.rate(2 * 1024 ** 3) == cpu.peak_flops
-    assert cpu.rate(2 * 16 ** 3, "conv") < cpu.rate(2 * 16 ** 3)  # the convolution's own curve
+    assert cpu.rate(2 * 16 ** 3, "conv") == cpu.rate(2 * 16 ** 3)  # no curve of its own: the matmul's
+    own = DeviceProfile("t", 1e11, 1e9, matmul_curve=((1e3, 1e9), (1e6, 1e11)), conv_curve=((1e3, 1e8), (1e7, 1e11)))
+    assert own.rate(1e5, "conv") < own.rate(1e5)  # a convolution's own curve
     assert cpu.rate(2 * 16 ** 3, "other") == cpu.peak_flops  # pointwise FLOPs: no curve
     for gpu in (PROFILES["h100"], default_cost_model(_on("NVIDIA H100 80GB HBM3")).device):
         assert gpu.rate(2 * 256 ** 3) < 0.1 * gpu.rate(2 * 8192 ** 3)
