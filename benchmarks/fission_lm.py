@@ -22,8 +22,8 @@ Target (issue 31): remat's least <= 1.1x the hand-chunked peak, at <= 1.3x no-re
         [--budgets 0.8,0.6,0.4,0.2] [--knobs 0.5,0.0] [--compiler eager|inductor] [--repeats 3]
         [--threads 1]
 
-``--quick``: sequence 512, batch 1, budgets 0.4 only, knob 0.0 only, 2 timing rounds (about 3
-minutes here). Writes ``benchmarks/results/fission_lm.json``.
+``--quick``: sequence 512, batch 1, budgets 0.4 only, knob 0.0 only, 2 timing rounds (73 s here on
+a quiet machine, 3 minutes under load). Writes ``benchmarks/results/fission_lm.json``.
 """
 
 from __future__ import annotations
