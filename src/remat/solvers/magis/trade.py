@@ -17,11 +17,16 @@ from .swap import gaps, offload
 def unrecompute(schedule: Schedule, at: int) -> Schedule | None:
     """``schedule`` keeping the value the compute at statement ``at`` computes again instead:
     the free before it and the recomputation go, and so do the recomputations that only fed it
-    (computed again, then freed unread). None if ``at`` is not a recomputation."""
+    (computed again, then freed unread). None if ``at`` is not a recomputation, or recomputes
+    a value that cannot be saved (a tuple whose items nothing reads: hypothesis found one, and
+    the plan's split then refused the schedule)."""
     stmts = list(schedule.statements)
     v = stmts[at].node
     if stmts[at].op != "compute":
         return None
+    node = schedule.graph[v]
+    if not node.can_save and not node.is_primal:
+        return None  # kept from the forward it would cross to the backward, which it cannot
     prev = max((k for k in range(at) if stmts[k].op in ("compute", "reload") and stmts[k].node == v), default=-1)
     if prev < 0 or stmts[prev].op != "compute":
         return None
