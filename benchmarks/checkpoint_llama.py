@@ -9,7 +9,7 @@ shared machine), and the largest gradient difference against no
 checkpointing under the same seed (attention dropout on). The broader comparison (op SAC,
 offload-everything, BERT, a CNN) is benchmarks/eager_checkpoint.py.
 
-    python benchmarks/checkpoint_llama.py [repeats=15] [attention_dropout=0.1] [width=64] [seq=128]
+    python benchmarks/checkpoint_llama.py [--repeats 15] [--dropout 0.1] [--width 64] [--seq 128]
 """
 
 import copy
@@ -19,13 +19,26 @@ import warnings
 import torch
 
 import remat
+from remat.bench import harness
 from remat.bench.measure import peak_memory, step_time
 
 
-def main(repeats: int = 15, dropout: float = 0.1, width: int = 64, seq: int = 128) -> None:
+def arguments(ap) -> None:
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--dropout", type=float, default=0.1, help="attention dropout")
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.set_defaults(threads=1)
+
+
+def run(args) -> harness.Result:
+    return harness.Result(measure(args.repeats, args.dropout, args.width, args.seq), printed=True,
+                          meta={"width": args.width, "seq": args.seq, "dropout": args.dropout})
+
+
+def measure(repeats: int = 15, dropout: float = 0.1, width: int = 64, seq: int = 128) -> list:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     L, W, B, S, V = 4, width, 8, seq, 512
     cfg = LlamaConfig(vocab_size=V, hidden_size=W, intermediate_size=4 * W, num_hidden_layers=L,
@@ -70,6 +83,7 @@ def main(repeats: int = 15, dropout: float = 0.1, width: int = 64, seq: int = 12
     print("| method | peak / no ckpt | predicted | step time / no ckpt: median (best) | max abs grad diff |")
     print("|---|---|---|---|---|")
     best = {k: min(v.samples) if v.samples else v.median_s for k, v in t.items()}
+    out = []
     for k, (m, step, peak, warned) in rows.items():
         d = max((a - b).abs().max().item() for a, b in zip(g0, grads(m, 3)))
         pred = ""
@@ -78,11 +92,18 @@ def main(repeats: int = 15, dropout: float = 0.1, width: int = 64, seq: int = 12
             pred = f"{s.peak / s.peak_eager:.3f}"
         print(f"| {k} | {peak / e:.3f}{' (warned)' if warned else ''} | {pred} | "
               f"{t[k].median_s / t['eager'].median_s:.3f} ({best[k] / best['eager']:.3f}) | {d:.1e} |")
+        out.append({"method": k, "fraction": peak / e, "warned": warned, "predicted": pred or None,
+                    "ratio": t[k].median_s / t["eager"].median_s, "best_ratio": best[k] / best["eager"],
+                    "grad_max_abs_diff": d})
     print()
     for k in ("remat None", "remat 0.8", "remat 0.5"):
         print(k, rows[k][0].remat_summary())
+    return out
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    kinds = (int, float, int, int)
-    main(*(kind(a) for kind, a in zip(kinds, sys.argv[1:])))
+    sys.exit(main())

@@ -12,15 +12,14 @@ Writes ``benchmarks/results/eager_user_trial.json``."""
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
-import pathlib
+import sys
 import warnings
 
 import torch
 
 import remat
+from remat.bench import harness
 from remat.bench.measure import peak_memory, step_time
 
 
@@ -36,11 +35,12 @@ def build():
     return model, ids
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(ap) -> None:
     ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    ap.set_defaults(threads=1)
+
+
+def run(args) -> harness.Result:
     base, ids = build()
     models, notes = {}, {}
     for name in ("none", "hf full", "remat 0.8", "remat 0.5", "remat min"):
@@ -77,9 +77,12 @@ def main() -> None:
     for k, m in models.items():
         if k.startswith("remat") and hasattr(m, "remat_summary"):
             print(f"\n{k}:\n{m.remat_summary()}")
-    out = pathlib.Path(__file__).parent / "results" / "eager_user_trial.json"
-    out.write_text(json.dumps(rows, indent=1))
+    return harness.Result(rows, {"model": "Qwen2 4 x 128, batch 4 x 256"}, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,23 +4,21 @@
 
 Writes benchmarks/results/fission_magis.json; see :mod:`remat.bench.fission_workloads`."""
 
-import argparse
-import json
-import pathlib
+import sys
 
-import torch
 from rich.console import Console
 
+from remat.bench import harness
 from remat.bench.fission_workloads import WORKLOADS, run_workload, table, to_json
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(ap) -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "fission_magis.json"))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    ap.set_defaults(threads=1)
+
+
+def run(args) -> harness.Result:
     rows = []
     console = Console(width=200)
     for name in args.workloads.split(","):
@@ -28,8 +26,12 @@ def main() -> None:
         rows += run_workload(name, args.repeats)
         console.print(table(rows[-2:]))
     console.print(table(rows))
-    pathlib.Path(args.out).write_text(json.dumps(to_json(rows), indent=1))
+    return harness.Result(to_json(rows), {"workloads": args.workloads}, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
