@@ -175,8 +175,12 @@ def plans_seen(sink: list):
 
 
 def fission_text(plans: list) -> str:
-    """What the plans split: ``"<nodes> nodes in <n> parts"`` per fission, or ``"-"``."""
-    out = [f"{len(f.nodes)} nodes in {f.n} parts" for p in plans for f in (p.fissions or ())]
+    """What the plans split, in module terms (:func:`remat.plans.fission_text.describe_fission`:
+    ``"lm_head + loss in 16 token parts"``) with the region's op count, or ``"-"``."""
+    from remat.plans.fission_text import describe_fission
+
+    out = [f"{describe_fission(p.graph, f) if p.graph is not None else f'{f.n} parts'} "
+           f"({len(f.nodes)} ops)" for p in plans for f in (p.fissions or ())]
     return ", ".join(out) or "-"
 
 
