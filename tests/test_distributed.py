@@ -16,13 +16,10 @@ on this machine): the unbudgeted runs ~50 s, the budgeted ones (``slow``) ~50 s,
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ranks import run_ranks, tail
 
 pytest.importorskip("torch.distributed")
 import torch.distributed as dist  # noqa: E402
@@ -42,46 +39,12 @@ BUDGETED = ["ddp:eager:auto:min", "ddp:eager:auto:1.0", "fsdp:eager:auto:0.8", "
 INDUCTOR = ["fsdp:inductor:auto"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, n: int = 6000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else "(none)"
-
-
 def launch(runs: list[str], out: Path) -> dict:
     """Run ``runs`` in WORLD processes; the ranks' gathered records. On a failure or a
     timeout, fails with every rank's stderr."""
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               WORLD_SIZE=str(WORLD), REMAT_CACHE_DIR="off", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
-    env.pop("TORCHELASTIC_RUN_ID", None)
-    procs = []
-    for rank in range(WORLD):
-        err = open(out / f"stderr-{rank}.txt", "w")
-        procs.append((subprocess.Popen([sys.executable, str(WORKER), "--out", str(out), *runs],
-                                       env={**env, "RANK": str(rank)}, stdout=err,
-                                       stderr=subprocess.STDOUT), err))
-    codes = []
-    try:
-        for p, _ in procs:
-            try:
-                codes.append(p.wait(timeout=TIMEOUT))
-            except subprocess.TimeoutExpired:
-                codes.append("timeout")
-    finally:
-        for p, err in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            err.close()
     result = out / "result.json"
-    if any(c != 0 for c in codes) or not result.exists():
-        logs = "\n".join(f"--- rank {r} (exit {codes[r]}) stderr ---\n{_tail(out / f'stderr-{r}.txt')}"
-                         for r in range(WORLD))
-        pytest.fail(f"distributed run {runs} failed\n{logs}", pytrace=False)
+    run_ranks(WORKER, runs, out, WORLD, TIMEOUT, f"distributed run {runs}", [result],
+              TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
     data = json.loads(result.read_text())
     data["out"] = str(out)
     return data
@@ -108,7 +71,7 @@ def _runs(data: dict, spec: str) -> list[dict]:
     for r in data["ranks"]:
         run = next(x for x in r["runs"] if x["spec"] == spec)
         if run["error"]:
-            log = _tail(Path(data["out"]) / f"stderr-{r['rank']}.txt", 3000)
+            log = tail(Path(data["out"]) / f"stderr-{r['rank']}.txt", 3000)
             pytest.fail(f"rank {r['rank']}, {spec}: {run['error']}\n{log}", pytrace=False)
         out.append(run)
     return out

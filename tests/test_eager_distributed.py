@@ -11,13 +11,10 @@ eager's. One launch runs every case (starting a rank costs ~10 s here); about 40
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ranks import run_ranks
 
 pytest.importorskip("torch.distributed")
 import torch.distributed as dist  # noqa: E402
@@ -34,44 +31,12 @@ REFERENCES = ["ddp:none", "fsdp:none"]
 RUNS = ["ddp:min", "ddp:0.8", "fsdp:min", "fsdp:0.8", "ddp:0.8:offload", "fsdp:0.8:offload"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, n: int = 6000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else "(none)"
-
-
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("eager-dist")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(WORLD),
-               REMAT_CACHE_DIR="off", OMP_NUM_THREADS="1")
-    env.pop("TORCHELASTIC_RUN_ID", None)
-    procs = []
-    for rank in range(WORLD):
-        log = open(out / f"stderr-{rank}.txt", "w")
-        procs.append((subprocess.Popen([sys.executable, str(WORKER), "--out", str(out), *REFERENCES, *RUNS],
-                                       env={**env, "RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT), log))
-    codes = []
-    try:
-        for p, _ in procs:
-            try:
-                codes.append(p.wait(timeout=TIMEOUT))
-            except subprocess.TimeoutExpired:
-                codes.append("timeout")
-    finally:
-        for p, log in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            log.close()
     results = [out / f"result-{r}.json" for r in range(WORLD)]
-    if any(c != 0 for c in codes) or not all(r.exists() for r in results):
-        logs = "\n".join(f"--- rank {r} (exit {codes[r]}) ---\n{_tail(out / f'stderr-{r}.txt')}" for r in range(WORLD))
-        pytest.fail(f"eager distributed run failed\n{logs}", pytrace=False)
+    run_ranks(WORKER, [*REFERENCES, *RUNS], out, WORLD, TIMEOUT, "eager distributed run", results,
+              OMP_NUM_THREADS="1")
     return [json.loads(r.read_text()) for r in results]
 
 
