@@ -35,7 +35,6 @@ os.environ["REMAT_CACHE_DIR"] = "off"
 
 import sys  # noqa: E402
 
-from remat.bench import budgets as B  # noqa: E402
 from remat.bench import fission, harness  # noqa: E402
 
 
@@ -66,11 +65,7 @@ def run(args):
     case = fission.lm_case(layers=args.layers, hidden=args.hidden, vocab=args.vocab, batch=args.batch,
                            seq=args.seq)
     print(f"{case.description}; compiler {args.compiler}, CPU", file=sys.stderr, flush=True)
-    entries = fission.lm_entries(case, budgets, knobs, args.chunks)
-    s = B.Settings(compiler=args.compiler, time_limit=args.time_limit, fd_directions=0)
-    rows = fission.run_entries(entries, s, repeats=repeats)
-    print(f"\n{case.description}, compiler {args.compiler}; fraction and ratio of no-recompute's\n")
-    print(fission.lm_table(rows))
+    rows = fission.lm_comparison(case, budgets, knobs, args.chunks, args.compiler, args.time_limit, repeats)
     chunked = next((r for r in rows if r["label"].startswith("hand-chunked")), None)
     mine = [r for r in rows if r["label"].startswith("remat") and r["peak_bytes"] is not None]
     if chunked and chunked["peak_bytes"] and mine:

@@ -19,7 +19,6 @@ import sys  # noqa: E402
 
 import torch  # noqa: E402
 
-from remat.bench import budgets as B  # noqa: E402
 from remat.bench import fission, harness  # noqa: E402
 from remat.zoo.trials import Case  # noqa: E402
 
@@ -48,11 +47,7 @@ def arguments(ap) -> None:
 
 def run(args):
     case = qwen2_case(args.seq)
-    entries = fission.lm_entries(case, [0.4], [0.0], 8)
-    s = B.Settings(compiler=args.compiler, time_limit=60.0, fd_directions=0)
-    rows = fission.run_entries(entries, s, repeats=args.repeats)
-    print(f"\n{case.description}, compiler {args.compiler}; fraction and ratio of no-recompute's\n")
-    print(fission.lm_table(rows))
+    rows = fission.lm_comparison(case, [0.4], [0.0], 8, args.compiler, 60.0, args.repeats)
     return harness.Result(rows, {"case": case.description, **case.config, "compiler": args.compiler},
                           printed=True)
 

@@ -253,6 +253,17 @@ def run_entries(entries: list[Entry], s: B.Settings, repeats: int = 3,
     return rows
 
 
+def lm_comparison(case: Case, budgets: list, knobs: list, chunks: int = 8, compiler: str = "eager",
+                  time_limit: float = 60.0, repeats: int = 3) -> list[dict]:
+    """The LM rows (:func:`lm_entries`) measured (:func:`run_entries`) and printed as a table."""
+    entries = lm_entries(case, budgets, knobs, chunks)
+    s = B.Settings(compiler=compiler, time_limit=time_limit, fd_directions=0)
+    rows = run_entries(entries, s, repeats=repeats)
+    print(f"\n{case.description}, compiler {compiler}; fraction and ratio of no-recompute's\n")
+    print(lm_table(rows))
+    return rows
+
+
 LM_COLUMNS = ("label", "status", "peak MB", "fraction", "step ratio [min, max]", "grad vs eager", "fissions")
 
 
