@@ -26,13 +26,13 @@ them (module names, as ``named_modules`` spells them, or the modules).
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
 from typing import Iterable
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from .blocks import find_blocks as _remat_blocks
 from .offload import ALL, Offloader, offload_hooks
 
 aten = torch.ops.aten
@@ -57,30 +57,13 @@ flash kernel) and ``max``."""
 
 
 def find_blocks(model: nn.Module, blocks=None) -> list[tuple[str, nn.Module]]:
-    """``(name, module)`` of the blocks to wrap: ``blocks`` (names or modules) when given, else
-    the children of the ``ModuleList`` with the most children of one class (ties: the first)."""
-    named = dict(model.named_modules())
-    if blocks is not None:
-        out = []
-        by_id = {id(m): n for n, m in named.items()}
-        for b in blocks:
-            if isinstance(b, str):
-                out.append((b, named[b]))
-            else:
-                out.append((by_id.get(id(b), type(b).__name__), b))
-        return out
-    best: list[tuple[str, nn.Module]] = []
-    for name, m in named.items():
-        if isinstance(m, nn.ModuleList) and len(m):
-            by_class: dict[type, list] = defaultdict(list)
-            for i, child in enumerate(m):
-                by_class[type(child)].append((f"{name}.{i}" if name else str(i), child))
-            group = max(by_class.values(), key=len)
-            if len(group) > len(best):
-                best = group
-    if not best:
+    """``(name, module)`` of the blocks to wrap: the blocks ``remat.checkpoint`` plans
+    (:func:`remat.eager.blocks.find_blocks`, same ``blocks=``), so that every method of a
+    comparison wraps the same modules. Raises ValueError where there are none."""
+    found = _remat_blocks(model, blocks)
+    if not found:
         raise ValueError(f"no repeated blocks found in {type(model).__name__}: pass blocks=[...]")
-    return best
+    return found
 
 
 def _wrap(block: nn.Module, context_fn=None) -> None:

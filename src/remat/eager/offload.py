@@ -89,6 +89,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from .capture import storage_key
+
 ALL = "all"
 """``decisions`` that offload every saved activation."""
 
@@ -132,13 +134,6 @@ def decider(decisions) -> Decider:
     return lambda op, k, t: (op_name(op) in ops) or ((op_name(op), k) in calls)
 
 
-def _storage_key(t: torch.Tensor):
-    try:
-        return (t.device, t.untyped_storage().data_ptr())
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
 class _Producers(TorchDispatchMode):
     """Records, for each storage an op call writes, which call it was: ``(op, k)``, ``k``
     counted per op from the mode's entry."""
@@ -159,7 +154,7 @@ class _Producers(TorchDispatchMode):
 
         def note(x):
             if isinstance(x, torch.Tensor):
-                key = _storage_key(x)
+                key = storage_key(x)
                 if key is not None:
                     self.by_storage[key] = (func, k)
             return x
@@ -384,7 +379,7 @@ class _HookSession:
             return t
         op, k = None, -1
         if self.producers is not None:
-            producer = self.producers.by_storage.get(_storage_key(t))
+            producer = self.producers.by_storage.get(storage_key(t))
             if producer is None:  # an input of the region, or made outside the mode
                 off.stats.kept += 1
                 return t
