@@ -107,7 +107,8 @@ def block_graph(cap, name: str = "block") -> Graph:
         if not (op.needed or op.category == "compute"):
             continue
         ins = (prev, f"f{i}") if op.needed else (prev,)
-        nodes.append(Node(f"b{i}", f"{op.name.removeprefix('aten.')}_backward", ins, role="backward",
+        base = op.name.removeprefix("aten.").split(".")[0]  # "convolution_backward": the cost model's name
+        nodes.append(Node(f"b{i}", f"{base}_backward", ins, role="backward",
                           bytes=int(op.out_bytes), flops=2.0 * float(op.flops),
                           category=op.category if op.category != "random" else "pointwise"))
         prev = f"b{i}"
@@ -158,35 +159,32 @@ def block_plan(key: tuple, cls: str, cap, profile: DeviceProfile | None = None,
     if offload is not None:
         cand = [(i, cap.ops[i].bytes, costs[i]) for i in _candidates(cap)]
         copies = dict(offload(cand, bp.forward_seconds + bp.backward_seconds) or {})
-    bp.frontier, bp.full, bp.least_saved = block_frontier(cap, costs, sac_overhead, copies)
+    # a backward op's scratch, by the cost model's own rule (a convolution's backward: oneDNN
+    # reorders grad_output and the input; a CNN block's checkpointed steps measured 1.84 MiB
+    # above the prediction without it, benchmarks/eager_checkpoint.py's CNN rows)
+    work = model.workspace(g)
+    scratch = max((work[j] for j, n in enumerate(g.nodes) if n.role == "backward"), default=0)
+    bp.frontier, bp.full, bp.least_saved = block_frontier(cap, costs, sac_overhead, copies, scratch)
     return bp
 
 
-CONV_BACKWARD_SCRATCH = 2.0
-"""The scratch of a convolution's backward, in its output's bytes: oneDNN reorders the output's
-gradient and the saved input into its blocked layouts (a CNN block of 1 MiB convolution
-outputs measured 1.84 MiB above the prediction without it, at every budget, on this CPU;
-``benchmarks/eager_checkpoint.py``'s CNN rows). cuDNN's workspace is of the same order."""
-
-
-def _gradients(cap) -> int:
+def _gradients(cap, scratch: int = 0) -> int:
     """Bytes a block's backward holds at once beyond its saved values: about the two largest
-    values of the block (an op's output gradient and its input gradient), and a convolution
-    backward's scratch (:data:`CONV_BACKWARD_SCRATCH`)."""
+    values of the block (an op's output gradient and its input gradient), and ``scratch``, the
+    largest transient of its backward ops (:meth:`remat.cost.model.CostModel.workspace`)."""
     sizes = sorted((op.bytes for op in cap.ops if op.fresh), reverse=True)
-    convs = [op.out_bytes for op in cap.ops if "convolution" in op.name]
-    return int(sum(sizes[:2]) + (CONV_BACKWARD_SCRATCH * max(convs) if convs else 0))
+    return int(sum(sizes[:2]) + scratch)
 
 
-def _live(cap, saved) -> int:
+def _live(cap, saved, grads: int) -> int:
     """Bytes a block holds while its backward runs: what autograd saves for it (recomputed or
-    saved) and the gradients it makes. Saved values autograd does not keep are returned to the
-    replay one by one and dropped as it moves on, so they add nothing lasting."""
-    return cap.eager_bytes + _gradients(cap)
+    saved) and the gradients it makes (``grads``). Saved values autograd does not keep are
+    returned to the replay one by one and dropped as it moves on, so they add nothing lasting."""
+    return cap.eager_bytes + grads
 
 
 def block_frontier(cap, costs: list[float], sac_overhead: float = 0.0,
-                   copies: dict | None = None) -> tuple[list[Point], Point, Point]:
+                   copies: dict | None = None, scratch: int = 0) -> tuple[list[Point], Point, Point]:
     """The block's Pareto points (held bytes vs recompute seconds), unwrapped first, then by
     held bytes descending; and the full-checkpointing and save-what-autograd-saves points.
     A point that saves something runs under SAC and pays ``sac_overhead`` per op call.
@@ -202,19 +200,19 @@ def block_frontier(cap, costs: list[float], sac_overhead: float = 0.0,
     points = []
     saved: list[int] = []
     held, spared = cap.input_bytes, 0.0
-    grads = _gradients(cap)
-    points.append(Point(frozenset(), held, _live(cap, off), total + (sac if off else 0.0),
+    grads = _gradients(cap, scratch)
+    points.append(Point(frozenset(), held, _live(cap, off, grads), total + (sac if off else 0.0),
                         label="full", offloaded=off, gradients=grads))
     for i in order:
         saved.append(i)
         held += cap.ops[i].bytes
         spared += costs[i]
         s = frozenset(saved)
-        points.append(Point(s, held, _live(cap, s | off), max(total - spared, 0.0) + sac, offloaded=off,
+        points.append(Point(s, held, _live(cap, s | off, grads), max(total - spared, 0.0) + sac, offloaded=off,
                             gradients=grads))
     full = points[0]
     needed = frozenset(i for i in cand if cap.ops[i].needed)
-    least_saved = Point(needed, cap.input_bytes + sum(cap.ops[i].bytes for i in needed), _live(cap, needed),
+    least_saved = Point(needed, cap.input_bytes + sum(cap.ops[i].bytes for i in needed), _live(cap, needed, grads),
                         total - sum(costs[i] for i in needed) + sac, label="autograd's", gradients=grads)
     eager = Point(frozenset(), cap.eager_bytes, cap.eager_bytes + grads, 0.0, unwrapped=True,
                   label="unwrapped", gradients=grads)
