@@ -114,6 +114,17 @@ def _curve(calls, timer, target: float, fixed: float) -> tuple[tuple[float, floa
 
 
 def _measure(device: str, n_matmul: int, copy_bytes: int, dtype=None) -> DeviceProfile:
+    """The profile of ``device``, measured on random operands drawn from a forked generator:
+    a training step that calibrates on its first call draws the same dropout masks as one
+    that does not."""
+    import torch
+
+    devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    with torch.random.fork_rng(devices=devices):
+        return _measured(device, n_matmul, copy_bytes, dtype)
+
+
+def _measured(device: str, n_matmul: int, copy_bytes: int, dtype=None) -> DeviceProfile:
     import torch
 
     dtype = dtype or torch.float32

@@ -35,15 +35,11 @@ _profiles: dict = {}
 
 
 def device_profile(device: str = "cpu"):
-    """The measured :class:`~remat.cost.model.DeviceProfile` of ``device`` (once per process)."""
-    kind = "cuda" if str(device).startswith("cuda") else "cpu"
-    if kind not in _profiles:
-        from ..cost.calibrate import profile_for
+    """The measured :class:`~remat.cost.model.DeviceProfile` of ``device`` (once per process;
+    :func:`remat.cost.calibrate.profile_for` leaves the random state as it was)."""
+    from ..cost.calibrate import profile_for
 
-        devices = [torch.cuda.current_device()] if kind == "cuda" else []
-        with torch.random.fork_rng(devices=devices):  # it draws random matrices: the step's masks stay
-            _profiles[kind] = profile_for(kind)
-    return _profiles[kind]
+    return profile_for("cuda" if str(device).startswith("cuda") else "cpu")
 
 
 def sac_overhead() -> float:
