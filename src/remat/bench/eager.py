@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from . import harness
+from .budgets import grads_of
 from .measure import free_memory
 
 MODELS = ("llama", "bert", "cnn")
@@ -147,10 +148,6 @@ def apply(model, name: str, setting, device: str = "cpu") -> dict:
     return {"remat": True}
 
 
-def _grads(model) -> list:
-    return [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-
-
 def _grad_errors(got: list, ref: list) -> tuple[float, float]:
     err, scale = 0.0, 0.0
     for g, r in zip(got, ref):
@@ -169,7 +166,7 @@ def run_model(name: str, size: str, budgets, repeats: int, device: str = "cpu", 
     base, inputs = case.model, case.inputs
     ref_model = copy.deepcopy(base)
     harness.make_step(ref_model, ref_model, inputs, grads="none", seed=SEED)()
-    ref = _grads(ref_model)
+    ref = grads_of(ref_model)
     del ref_model
     rows, steps, keep = [], {}, {}
     peaks: dict[str, int] = {}
@@ -192,7 +189,7 @@ def run_model(name: str, size: str, budgets, repeats: int, device: str = "cpu", 
                 first = time.perf_counter() - t0
             row["warned"] = "; ".join(sorted({str(w.message)[:240] for w in caught
                                               if type(w.message).__module__.startswith("remat")})) or None
-            row["grad_err"], row["grad_rel"] = _grad_errors(_grads(m), ref)
+            row["grad_err"], row["grad_rel"] = _grad_errors(grads_of(m), ref)
             t0 = time.perf_counter()
             step()
             row["plan_s"] = max(0.0, first - (time.perf_counter() - t0))
