@@ -32,6 +32,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import GraphError
+from .limits import MAX_DIM, MAX_NODE_BYTES, MAX_RANK, MAX_TOTAL_BYTES, MAX_WORK, check_shape
 
 ROLES = ("input", "param", "tangent", "forward", "backward")
 """``input``/``param``: primal inputs of the step; ``tangent``: incoming gradients;
@@ -292,13 +293,18 @@ _CATEGORY_CODE = {c: i for i, c in enumerate(CATEGORIES)}
 
 
 def _check_fields(nodes: list[Node]) -> None:
+    """Every node's fields against their types and the bounds of :mod:`remat.graph.limits`
+    (the one check of a graph's values, whether it came from a file, capture or Python)."""
     seen: set[str] = set()
+    total = 0
     for n in nodes:
         if not isinstance(n.name, str) or not n.name:
             raise GraphError(f"node {n!r} has no name: every node needs a unique non-empty name")
         if n.name in seen:
             raise GraphError(f"duplicate node name {n.name!r}: node names must be unique")
         seen.add(n.name)
+        if not isinstance(n.op, str):
+            raise GraphError(f"node {n.name!r} has op={n.op!r}: the op is its name as text ('add', 'mm')")
         if n.role not in ROLES:
             raise GraphError(f"node {n.name!r} has unknown role {n.role!r}; use one of {ROLES}")
         if n.category not in CATEGORIES:
@@ -309,12 +315,26 @@ def _check_fields(nodes: list[Node]) -> None:
             raise GraphError(
                 f"node {n.name!r} has bytes={n.bytes!r}: output size must be an integer >= 0"
             )
-        if n.cost is not None and not _is_nonneg_number(n.cost):
-            raise GraphError(f"node {n.name!r} has cost={n.cost!r}: compute cost must be a number >= 0")
-        if not _is_nonneg_number(n.flops):
-            raise GraphError(f"node {n.name!r} has flops={n.flops!r}: FLOPs must be a number >= 0")
+        if n.bytes > MAX_NODE_BYTES:
+            raise GraphError(f"node {n.name!r} has bytes={n.bytes}: more than 1 PiB (2**50 bytes) in one "
+                             "tensor, more than any device holds; is the file corrupt?")
+        total += n.bytes
+        if n.cost is not None and not _is_work(n.cost):
+            raise GraphError(f"node {n.name!r} has cost={n.cost!r}: compute cost must be a finite number "
+                             f"from 0 to {MAX_WORK:g}")
+        if not _is_work(n.flops):
+            raise GraphError(f"node {n.name!r} has flops={n.flops!r}: FLOPs must be a finite number from 0 "
+                             f"to {MAX_WORK:g}")
+        if n.dtype is not None and not isinstance(n.dtype, str):
+            raise GraphError(f"node {n.name!r} has dtype={n.dtype!r}: a dtype is its name ('float32') or null")
+        if n.shape is not None and (len(n.shape) > MAX_RANK or any(s < 0 for s in n.shape) or
+                                    any(s > MAX_DIM for s in n.shape)):
+            check_shape(f"node {n.name!r}", n.shape)
         if n.must_save and n.must_recompute:
             raise GraphError(f"node {n.name!r} is flagged both must_save and must_recompute")
+    if total > MAX_TOTAL_BYTES:
+        raise GraphError(f"the graph's nodes hold {total} bytes together, more than 64 PiB (2**56): no "
+                         "training step holds that much; is the file corrupt?")
     for n in nodes:
         for inp in n.inputs:
             if inp not in seen:
@@ -323,10 +343,11 @@ def _check_fields(nodes: list[Node]) -> None:
                 raise GraphError(f"node {n.name!r} reads itself: the graph has a cycle")
 
 
-def _is_nonneg_number(x: object) -> bool:
+def _is_work(x: object) -> bool:
+    """A number of FLOPs or a cost: finite, from 0 to :data:`~remat.graph.limits.MAX_WORK`."""
     if type(x) is int or type(x) is float:  # the common case, without the slow ABC check
-        return x >= 0
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and x >= 0  # NaN fails too
+        return 0 <= x <= MAX_WORK  # NaN and infinity fail
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and 0 <= x <= MAX_WORK
 
 
 def _toposort(nodes: list[Node]):

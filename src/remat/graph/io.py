@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
 from ..errors import GraphError
 from .graph import Graph, Node
+from .limits import MAX_DEPTH, MAX_FILE_ENV, check_meta, check_plannable, check_shape, depth, max_file_bytes
 
 FORMAT = "remat.graph"
 VERSION = 1
@@ -87,7 +90,10 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise GraphError(f"{source}: 'meta' must be an object, got {meta!r}")
-    return Graph(nodes, name=str(data.get("name", Path(source).stem)), meta=meta)
+    check_meta(source, meta)
+    graph = Graph(nodes, name=str(data.get("name", Path(source).stem)), meta=meta)
+    check_plannable(graph)
+    return graph
 
 
 def _node_from_dict(d: Any, i: int, source: str) -> Node:
@@ -100,8 +106,14 @@ def _node_from_dict(d: Any, i: int, source: str) -> Node:
     unknown = set(d) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS)
     if unknown:
         raise GraphError(f"{where} has unknown key(s) {sorted(unknown)}; put extra data under 'meta'")
+    if not isinstance(d["name"], str):
+        raise GraphError(f"{source}: nodes[{i}] has name {d['name']!r}; a node's name is text")
     if not isinstance(d["inputs"], list) or not all(isinstance(x, str) for x in d["inputs"]):
         raise GraphError(f"{where}: 'inputs' must be a list of node names")
+    if d.get("shape") is not None:
+        check_shape(where, d["shape"])
+    if "meta" in d and isinstance(d["meta"], dict):
+        check_meta(where, d["meta"])
     if not isinstance(d["bytes"], int) or isinstance(d["bytes"], bool):
         raise GraphError(f"{where}: 'bytes' must be an integer, got {d['bytes']!r}")
     if not isinstance(d["flops"], (int, float)) or isinstance(d["flops"], bool):
@@ -143,15 +155,69 @@ def load_graph(path: str | os.PathLike) -> Graph:
     p = Path(path)
     if not p.exists():
         raise GraphError(f"{p}: no such file")
+    return graph_from_dict(parse_document(_read_capped(p), str(p)), str(p))
+
+
+def _read_capped(p: Path) -> bytes:
+    """The bytes of graph file ``p``, decompressed when its name ends in ``.gz``, refused past
+    :func:`~remat.graph.limits.max_file_bytes` (a gzip bomb is stopped as it inflates)."""
+    cap = max_file_bytes()
+    too_big = (f"{p}: the graph is larger than {cap} bytes{{}}; set ${MAX_FILE_ENV} to a larger number "
+               "of bytes if it really is that large")
     try:
-        data = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
-    except json.JSONDecodeError as e:
-        raise GraphError(f"{p}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        if p.suffix != ".gz":
+            if p.stat().st_size > cap:
+                raise GraphError(too_big.format(""))
+            return p.read_bytes()
+        with gzip.open(p, "rb") as f:
+            data = f.read(cap + 1)
+        if len(data) > cap:
+            raise GraphError(too_big.format(" once decompressed"))
+        return data
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise GraphError(f"{p}: cannot read graph file ({getattr(e, 'strerror', None) or e})") from None
+
+
+def parse_document(data: bytes | str, source: str = "<document>") -> Any:
+    """JSON text as a graph document: UTF-8, finite numbers only (``NaN``, ``Infinity`` and
+    ``1e400`` are refused: no size or cost is infinite), at most
+    :data:`~remat.graph.limits.MAX_DEPTH` levels of nesting below the nodes' fields. Raises
+    :class:`~remat.errors.GraphError` saying what is wrong and where."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
     except UnicodeDecodeError as e:
-        raise GraphError(f"{p}: not a JSON text file (not UTF-8: {e.reason} at byte {e.start})") from None
-    except (OSError, EOFError) as e:
-        raise GraphError(f"{p}: cannot read graph file ({e.strerror or e})") from None
-    return graph_from_dict(data, str(p))
+        raise GraphError(f"{source}: not a JSON text file (not UTF-8: {e.reason} at byte {e.start})") from None
+    try:
+        doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except _NotFinite as e:
+        raise GraphError(f"{source}: holds the number {e.args[0]}, which is not finite; sizes, FLOPs and "
+                         "costs are finite numbers") from None
+    except json.JSONDecodeError as e:
+        raise GraphError(f"{source}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise GraphError(f"{source}: nested too deeply to be a graph (a graph nests {MAX_DEPTH + 3} levels "
+                         "at most)") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise GraphError(f"{source}: not a graph document ({e})") from None
+    if depth(doc, MAX_DEPTH + 3) > MAX_DEPTH + 3:  # the document, its nodes, a node, its fields
+        raise GraphError(f"{source}: nested more than {MAX_DEPTH + 3} levels deep; a graph's 'meta' "
+                         f"nests {MAX_DEPTH} at most")
+    return doc
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    raise _NotFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise _NotFinite(text)
+    return x
 
 
 # -- Checkmate (MLSys 2020) and Moccasin graphs ---------------------------------------------
@@ -186,7 +252,7 @@ def _from_node_link(data: dict, source: str) -> Graph:
         return _node_link_graph(data, source)
     except GraphError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:
         what = f"missing key {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
         raise GraphError(
             f"{source}: malformed node-link graph ({what}); expected 'nodes' (objects with an "
@@ -244,4 +310,6 @@ def _node_link_graph(data: dict, source: str) -> Graph:
             ))
     graph_meta = data.get("graph")
     name = graph_meta.get("name", stem) if isinstance(graph_meta, dict) else stem
-    return Graph(nodes, name=str(name))
+    graph = Graph(nodes, name=str(name))
+    check_plannable(graph)
+    return graph

@@ -109,7 +109,7 @@ class Options:
             raise OptionError(f"offload must be True (offload where the copies work on this torch and "
                               f"device) or False (never offload), not {o.offload!r}")
         if o.bandwidth is not None and (isinstance(o.bandwidth, bool) or not isinstance(o.bandwidth, (int, float))
-                                        or not o.bandwidth > 0):
+                                        or not 0 < o.bandwidth < 1e18):  # 1 EB/s: finite, and a float
             raise OptionError(f"bandwidth must be the host link's bytes per second (25e9), not {o.bandwidth!r}")
         req = request(solver, budget=parsed, time_limit=time_limit, options=solver_options, on_graphs=False)
         return dataclasses.replace(o, request=req,

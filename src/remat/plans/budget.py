@@ -55,6 +55,9 @@ the ConvBN test step; allocator rounding): ``remat.compile`` and ``remat plan --
 within ``(1 - TORCH_HEADROOM) * budget``. A fractional budget, being relative to the
 simulator's own peak, gets none, so ``budget=1.0`` always fits."""
 
+MAX_BUDGET_BYTES = 1 << 60
+"""The largest byte budget remat reads (1 EiB): past it, a budget is a typo, not a device."""
+
 _HOW = ("write a fraction such as 0.6 (of the activation memory under plain torch.compile), bytes "
         "with a unit such as '6GiB', or 'min' (the least memory remat can reach)")
 
@@ -72,9 +75,9 @@ class Budget:
         """The budget ``budget`` stands for; raises :class:`BudgetError` naming the fix."""
         if isinstance(budget, Budget):
             return budget
-        text = str(budget)
         if isinstance(budget, bool) or not isinstance(budget, (str, int, float)):
-            raise BudgetError(f"budget {budget!r} is not understood: {_HOW}")
+            raise BudgetError(f"budget {_short(budget)} is not understood: {_HOW}")
+        text = budget if isinstance(budget, str) else _short(budget)
         if isinstance(budget, str) and budget.strip().lower() == "min":
             return cls("min", 0.0, text)
         if isinstance(budget, str):
@@ -88,7 +91,11 @@ class Budget:
             elif unit:
                 return cls._bytes(value * _UNITS[unit], text)
         else:
-            value, unit = float(budget), ""
+            try:
+                value, unit = float(budget), ""
+            except OverflowError:  # an int past float's range
+                raise BudgetError(f"budget {_short(budget)} is more bytes than any device holds (at most "
+                                  f"{MAX_BUDGET_BYTES} bytes, 1 EiB): {_HOW}") from None
         if not math.isfinite(value) or value <= 0:
             raise BudgetError(f"budget {budget!r} must be positive and finite: {_HOW}")
         if value <= 1:
@@ -117,6 +124,9 @@ class Budget:
     def _bytes(cls, value: float, text: str) -> "Budget":
         if value < 1:
             raise BudgetError(f"budget {text!r} is less than one byte: {_HOW}")
+        if not value <= MAX_BUDGET_BYTES:  # infinity ("1e300GiB") included
+            raise BudgetError(f"budget {text!r} is more bytes than any device holds (at most "
+                              f"{MAX_BUDGET_BYTES} bytes, 1 EiB): {_HOW}")
         return cls("bytes", float(round(value)), text)
 
     def bytes_for(self, g: Graph) -> int:
@@ -223,6 +233,14 @@ def activation_bytes(g: Graph) -> int:
     (plain ``torch.compile``'s, :func:`reference_peak`) above :func:`resident_bytes` (at least
     one byte)."""
     return max(1, reference_peak(g) - resident_bytes(g))
+
+
+def _short(x: object) -> str:
+    """``repr(x)``, cut to 40 characters (a budget of 10**400 is not printed whole)."""
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10**30:
+        return f"{str(x)[:12]}... ({len(str(abs(x)))} digits)"
+    text = str(x) if isinstance(x, (int, float)) else repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def format_bytes(n: float) -> str:

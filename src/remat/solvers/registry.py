@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 from ..cost.model import CostModel, constant_bytes, default_cost_model
 from ..errors import InfeasibleBudgetError, OptionError, PlanError
 from ..graph.graph import Graph
+from ..graph.limits import check_plannable
 from ..plans.budget import Budget, format_bytes
 from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .feasible import smallest_feasible, staged_schedules_run_as_planned
@@ -149,13 +150,19 @@ def request(solver: str = "auto", *, budget: Budget | str | float | None = None,
     the budget, read by :meth:`Budget.parse <remat.plans.budget.Budget.parse>` (a parsed
     :class:`~remat.plans.budget.Budget` is taken as it is). Raises
     :class:`~remat.errors.OptionError` or :class:`~remat.errors.BudgetError`."""
+    if options is not None and not isinstance(options, Mapping):
+        raise OptionError(f"a solver's options are a dict of names and values ({{'threads': 1}}), not "
+                          f"{options!r}")
     options = dict(options or {})
     s = check_options(solver, options, budget)
     if on_graphs:
         on_a_graph(s)
     time_limit = check_time_limit(time_limit)
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0.0 <= headroom < 1.0:
+        raise OptionError(f"headroom {headroom!r} must be the share of a byte budget left free, in [0, 1) "
+                          "(0.01: plan within 99%)")
     parsed = budget if budget is None or isinstance(budget, Budget) else Budget.parse(budget)
-    return Request(solver, parsed, time_limit, options, headroom, cost_model)
+    return Request(solver, parsed, time_limit, options, float(headroom), cost_model)
 
 
 def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str | float | None = None,
@@ -184,6 +191,10 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
     req = as_request(solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
                      headroom=headroom, options=options)
     s = on_a_graph(info(req.solver))
+    if not isinstance(graph, Graph):
+        raise OptionError(f"remat.solve plans a remat Graph (remat.load_graph('graph.json'), or "
+                          f"remat.plan(model, *inputs) for a model), not {type(graph).__name__}")
+    check_plannable(graph)
     cm = req.cost_model_for(graph)
     parsed, time_limit = req.budget, req.time_limit
     asked, limit = req.asked_bytes(graph), req.planned_bytes(graph)

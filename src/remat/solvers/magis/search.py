@@ -323,9 +323,9 @@ def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None
 def check_overhead(max_overhead: float | None) -> None:
     """Raise :class:`~remat.errors.OptionError` unless ``max_overhead`` is None or a share >= 0."""
     if max_overhead is not None and (isinstance(max_overhead, bool)
-                                     or not isinstance(max_overhead, (int, float)) or not max_overhead >= 0):
-        raise OptionError(f"max_overhead {max_overhead!r} must be a share of the step time >= 0, "
-                          "such as 0.10 for 10% more time")
+                                     or not isinstance(max_overhead, (int, float)) or not 0 <= max_overhead <= 1e6):
+        raise OptionError(f"max_overhead {str(max_overhead)[:40]} must be a finite share of the step time "
+                          ">= 0, such as 0.10 for 10% more time")
 
 
 def reference_seconds(g: Graph, cm: CostModel, link: Link | None = None) -> float:

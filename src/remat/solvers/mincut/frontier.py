@@ -145,6 +145,9 @@ def _recompute_prices(g: Graph, cm: CostModel) -> np.ndarray:
     a = g._arrays
     dev = cm.device
     out = np.zeros(a.n, dtype=np.int64)
+    # one op dearer than this is never worth recomputing; the cap keeps the sums of prices in
+    # int64 whatever a graph's FLOPs (remat.graph.limits bounds them at 1e30 each)
+    cap = min(2**52, 2**61 // max(1, a.n))
     if cm.uses_profiled_costs(g):
         costs = np.asarray(cm.op_costs(g), dtype=np.float64)
         scale = 2**40 / max(float(costs.sum()), 1e-30)  # seconds -> integers, sums well in range
@@ -159,7 +162,7 @@ def _recompute_prices(g: Graph, cm: CostModel) -> np.ndarray:
         costs = cm.op_costs(g)
         for i in range(a.n):
             if a.forward[i] and not a.primal[i]:
-                out[i] = int(np.ceil(costs[i] * per_second))
+                out[i] = min(cap, int(np.ceil(costs[i] * per_second)))
         return out
     for i, n in enumerate(g.nodes):
         if not a.forward[i] or a.primal[i]:
@@ -169,7 +172,7 @@ def _recompute_prices(g: Graph, cm: CostModel) -> np.ndarray:
             price += int(a.bytes[i]) + dev.launch_seconds * per_second
         if not a.fusible[i]:
             price += sum(int(a.bytes[j]) for j in ins[i])
-        out[i] = int(np.ceil(price))
+        out[i] = min(cap, int(np.ceil(price)))
     return out
 
 
