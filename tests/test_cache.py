@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 import remat
 from remat.cost.model import PROFILES, CostModel
@@ -319,3 +320,87 @@ def test_editing_any_planner_module_changes_the_fingerprint(tmp_path):
         assert source_hash(root) != base, f"editing {p.relative_to(root)} leaves the fingerprint unchanged"
         p.write_text(text)
     assert source_hash(root) == base
+
+
+# -- a cache file never takes remat down ---------------------------------------------------------
+@pytest.mark.parametrize("content, match", [
+    (b'{"format": "remat-plan-cache", "version": 3, "key": "\xff\xfe"}', "not UTF-8"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b"\x00" * 64, "not JSON"),
+])
+def test_a_cache_file_that_cannot_be_parsed_warns_and_is_replaced(tmp_path, content, match):
+    """Before, PlanCache.get caught only OSError and ValueError: a file that is not UTF-8 raised
+    UnicodeDecodeError, a deeply nested one RecursionError, out of cached_solve."""
+    g, store, key, _ = _stored(tmp_path)
+    store.path(key).write_bytes(content)
+    _replans_with_a_warning(g, store, key, match)
+
+
+def test_a_bad_cache_file_does_not_switch_remat_off_for_its_graph(_plan_cache):
+    """A corrupt entry under remat.compile: planning goes on (before, the partitioner's
+    catch-all fell back to PyTorch's partitioner with the budget dropped, and the file was
+    never replaced, so every later run fell back too; strict=True raised a misleading
+    UnsupportedGraphError)."""
+    x = torch.randn(256, requires_grad=True)
+
+    def f(x):
+        return (x * 2).cos().cos().sin()
+
+    first = remat.plan(f, x, budget="16KiB", for_compiler="eager")
+    entries = [p for p in _plan_cache.glob("*.json") if p.name != "links.json"]
+    assert entries
+    for p in entries:
+        p.write_bytes(b"\xff" * 10)
+    with pytest.warns(RematCacheWarning, match="not UTF-8"):
+        again = remat.plan(f, x, budget="16KiB", for_compiler="eager", strict=True)
+    assert again.details["cache"] == "miss" and again.saved_names == first.saved_names
+    assert again.peak_bytes <= 16 * 1024 and "fallback" not in again.details
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RematCacheWarning)  # replaced: read without a word
+        third = remat.plan(f, x, budget="16KiB", for_compiler="eager", strict=True)
+    assert third.details["cache"] == "hit"
+
+
+def test_an_entry_records_its_budget_and_one_planned_for_another_is_not_served(tmp_path):
+    g = cos_cos_graph()
+    store = PlanCache(tmp_path)
+    cached_solve(g, "auto", budget=1.0, cache=store)
+    key_a = cache_key(g, "auto", budget=1.0, time_limit=60)
+    key_b = cache_key(g, "auto", budget=0.95, time_limit=60)
+    e = _entry(store, key_a)
+    assert e["budget"]["kind"] == "fraction" and e["budget"]["value"] == 1.0 and e["budget"]["planned_bytes"] > 0
+    e["key"] = key_b  # a valid plan for the same graph under another budget, planted under 0.95's key
+    store.path(key_b).write_text(json.dumps(e))
+    with pytest.warns(RematCacheWarning, match="planned for the budget fraction 1.0"):
+        plan = cached_solve(g, "auto", budget=0.95, cache=store)
+    assert plan.details["cache"] == "miss" and _entry(store, key_b)["budget"]["value"] == 0.95
+
+
+def test_a_fraction_out_of_reach_stores_the_plan_it_ran(_plan_cache, monkeypatch):
+    """A fraction no plan reaches runs at the least memory; that plan is stored under the
+    fraction's key, so the next run gets it without searching again (before, nothing was
+    stored and every run searched for 12-18 s on a transformers model)."""
+    from remat.solvers import cached
+
+    x = torch.randn(512, requires_grad=True)
+
+    def f(x):
+        return (x.exp() * x.sin()).cos().sum()
+
+    with pytest.warns(remat.RematBudgetWarning, match="out of reach"):
+        first = remat.plan(f, x, budget=0.05, for_compiler="eager")
+    assert first.details["cache"] == "miss" and first.details["out_of_reach"]["message"]
+    entries = [json.loads(p.read_text()) for p in _plan_cache.glob("*.json") if p.name != "links.json"]
+    assert any(e.get("out_of_reach") for e in entries)
+
+    def no_solve(*args, **kwargs):
+        raise AssertionError("planned again: the out-of-reach plan should have been served")
+
+    monkeypatch.setattr(cached, "solve", no_solve)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", remat.RematBudgetWarning)
+        again = remat.plan(f, x, budget=0.05, for_compiler="eager")
+    assert again.details["cache"] == "hit" and again.details["out_of_reach"] == first.details["out_of_reach"]
+    assert again.saved_names == first.saved_names and again.peak_bytes == first.peak_bytes
+    with pytest.raises(remat.InfeasibleBudgetError):  # strict: the same entry, refused
+        remat.plan(f, x, budget=0.05, for_compiler="eager", strict=True)

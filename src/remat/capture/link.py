@@ -21,8 +21,8 @@ version, kept in ``links.json`` beside remat's plan cache (:func:`links_path`)::
 The file is ``$REMAT_CACHE_DIR/links.json`` when that is set, else
 ``$XDG_CACHE_HOME/remat/links.json`` (``~/.cache/remat/links.json``, the parent of the plans'
 folder); ``REMAT_CACHE_DIR=off`` (or ``cache=False``) measures without reading or writing it.
-A file that is not JSON or has another format is ignored with a
-:class:`~remat.errors.RematCacheWarning` and rewritten; writes are atomic (a temporary file,
+A file that cannot be read or parsed, for any reason, or has another format is ignored
+with a :class:`~remat.errors.RematCacheWarning` and rewritten; writes are atomic (a temporary file,
 then ``os.replace``). The planner reads the result from ``graph.meta["device"]["link"]``
 (:func:`remat.cost.transfer.link_for_graph`).
 
@@ -31,7 +31,6 @@ then ``os.replace``). The planner reads the result from ``graph.meta["device"]["
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import warnings
@@ -41,7 +40,7 @@ from typing import Callable
 import torch
 
 from ..errors import RematCacheWarning
-from ..plans.cache import ENV, default_directory, write_json_atomically
+from ..plans.cache import ENV, default_directory, read_json_file, write_json_atomically
 
 SIZES = (16 << 20, 64 << 20)
 """Bytes per copy whose rates are measured (large enough that the latency is under 1%)."""
@@ -132,25 +131,19 @@ def links_path() -> Path | None:
 
 
 def _read(path: Path) -> dict:
-    """The links stored at ``path`` (empty when there is no file; a corrupt one warns)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        warnings.warn(f"remat could not read its link measurements at {path} ({e}); measuring again.",
-                      RematCacheWarning, stacklevel=3)
-        return {}
-    try:
-        d = json.loads(text)
-        if d.get("format") != LINKS_FORMAT or d.get("version") != LINKS_VERSION or \
-                not isinstance(d.get("links"), dict):
-            raise ValueError(f"not a {LINKS_FORMAT} file of version {LINKS_VERSION}")
-        return d["links"]
-    except (ValueError, AttributeError) as e:
-        warnings.warn(f"remat ignores its corrupt link measurements at {path} ({e}); measuring again "
+    """The links stored at ``path`` (empty when there is no file). A file that cannot be read or
+    parsed for any reason (:func:`remat.plans.cache.read_json_file`), or is not a links file,
+    warns and is measured again and replaced: it never raises."""
+    d, why = read_json_file(path)
+    if why is None and d is not None and not (
+            isinstance(d, dict) and d.get("format") == LINKS_FORMAT and d.get("version") == LINKS_VERSION
+            and isinstance(d.get("links"), dict)):
+        why = f"it is not a {LINKS_FORMAT} file of version {LINKS_VERSION}"
+    if why is not None:
+        warnings.warn(f"remat ignores its corrupt link measurements at {path} ({why}); measuring again "
                       "and replacing them.", RematCacheWarning, stacklevel=3)
         return {}
+    return {} if d is None else d["links"]
 
 
 def _write(path: Path, links: dict) -> None:
@@ -158,7 +151,7 @@ def _write(path: Path, links: dict) -> None:
     try:
         write_json_atomically(path, {"format": LINKS_FORMAT, "version": LINKS_VERSION, "links": links},
                               indent=1, sort_keys=True)
-    except (OSError, TypeError, ValueError) as e:
+    except (OSError, TypeError, ValueError, RecursionError) as e:
         warnings.warn(f"remat could not store its link measurement at {path} ({type(e).__name__}: {e}); "
                       f"the next process measures again. Set {ENV} to a writable folder or to 'off'.",
                       RematCacheWarning, stacklevel=3)

@@ -241,6 +241,21 @@ def _check_supported(node: fx.Node) -> None:
             )
 
 
+def _opaque(gm: fx.GraphModule, node: fx.Node) -> int:
+    """The transient bytes an op remat cannot look into may take while it runs, bounded from
+    above: for a higher-order op, the largest of its subgraphs' intermediate values taken
+    together (as if all were alive at once); 0 for an op without subgraphs."""
+    worst = 0
+    for arg in node.all_input_nodes:
+        if arg.op != "get_attr":
+            continue
+        sub = getattr(gm, str(arg.target), None)
+        if isinstance(sub, fx.GraphModule):
+            worst = max(worst, sum(_value_info(n.meta.get("val"))[0] for n in sub.graph.nodes
+                                   if n.op == "call_function"))
+    return int(worst)
+
+
 def _is_symbolic(x) -> bool:
     return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
@@ -398,12 +413,15 @@ def _recompute_region(node: fx.Node, category: str, saveable: bool, regions: _Re
 
 
 def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name: str = "joint",
-                     compiler: str = "inductor") -> Graph:
+                     compiler: str = "inductor", opaque: bool = False) -> Graph:
     """Build a remat Graph from a prepared joint graph (:func:`remat.capture.joint.prepare_joint`)
     that ``compiler`` (``"inductor"`` or remat's ``"eager"``) will run; ``meta["compiler"]``
     records it (the cost model's fused memory) and it decides which ops' scratch is measured.
 
-    Raises UnsupportedGraphError, naming the node, for graphs remat cannot plan.
+    Raises UnsupportedGraphError, naming the node, for graphs remat cannot plan. With
+    ``opaque``, such nodes (a higher-order op such as ``torch.cond``, an op remat does not
+    know) become opaque ones instead (:func:`_opaque`): a Graph good for predicting the memory
+    of a partition made by someone else (PyTorch's, where remat falls back), not for planning.
     """
     ot = op_types()
     symbols: dict[str, int] = {}
@@ -415,9 +433,19 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     nodes: list[Node] = []
     aliases: dict[str, str] = {}
     graph_nodes = list(joint.gm.graph.nodes)
+    unknown: dict[str, int] = {}  # opaque nodes: their transient bytes
     # report a higher-order op itself before the get_attr nodes that hold its subgraphs
     for node in sorted(graph_nodes, key=lambda n: n.op != "call_function"):
-        _check_supported(node)
+        if not opaque:
+            _check_supported(node)
+            continue
+        try:
+            _check_supported(node)
+        except UnsupportedGraphError:
+            if node.op == "call_function":
+                unknown[node.name] = _opaque(joint.gm, node)
+    if opaque:  # the subgraphs a higher-order op calls are its own business
+        graph_nodes = [n for n in graph_nodes if n.op != "get_attr"]
     channels_last = compiler == "inductor" and inductor_channels_last(joint.gm)  # inductor's layout choice
     # convolutions' scratch, on the real device and in that layout; the inputs copied to it
     workspace = measure_workspaces(graph_nodes, compiler, channels_last)
@@ -427,7 +455,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             continue
         val = node.meta.get("val")
         nbytes, shape, dtype, saveable = _value_info(val)
-        category, fusible = categorize(node, ot)
+        category, fusible = ("other", False) if node.name in unknown else categorize(node, ot)
         if node.op == "placeholder":
             if node in tangents:
                 role = "tangent"
@@ -446,7 +474,10 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
         module = _module_path(node)
         if module:
             meta["module"] = module
-        if not _has_symbolic_shape(val) and (links := dim_links(node)) is not None:
+        if node.name in unknown:
+            meta["workspace"] = unknown[node.name]
+            meta["opaque"] = True
+        elif not _has_symbolic_shape(val) and (links := dim_links(node)) is not None:
             meta["dims"] = links  # remat.capture.dims: which input dims are which of its axes
         if must_recompute_tag(node):  # what the user's checkpoint region asked, whether or not granted
             meta["checkpoint"] = "prefer_recompute" if prefers_recompute_tag(node) else "must_recompute"
@@ -469,8 +500,9 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
         nodes.append(Node(
             name=node.name,
             op=str(getattr(node.target, "__name__", node.target)) if node.op != "placeholder" else "placeholder",
-            inputs=tuple(a.name for a in node.all_input_nodes),
-            role=role, bytes=nbytes, flops=_flops(node, numel) if node.op == "call_function" else 0.0,
+            inputs=tuple(a.name for a in node.all_input_nodes if a.op != "get_attr" or not opaque),
+            role=role, bytes=nbytes,
+            flops=_flops(node, numel) if node.op == "call_function" and node.name not in unknown else 0.0,
             category=category, shape=shape, dtype=dtype, fusible=fusible,
             must_save=must_save,
             must_recompute=must_recompute,

@@ -43,6 +43,7 @@ from ..solvers.mincut import cut_cost
 from ..plans.schedule import Schedule
 from ..capture.link import link_for_device
 from ..cost.transfer import offload_allowed
+from .fallback import fall_back
 from .fission import fission_joint
 from .fx import lower
 from .offload import offload_support
@@ -117,12 +118,7 @@ class RematPartitioner(CustomPartitionerFn):
                     raise
                 raise UnsupportedGraphError(f"remat could not plan this graph: {reason}") from e
             self.fell_back.append(reason)
-            if reason not in _warned:
-                _warned.add(reason)
-                warnings.warn(
-                    f"remat could not plan a graph ({reason}); using PyTorch's own partitioner for "
-                    "it. Pass strict=True to raise instead.", RematFallbackWarning, stacklevel=2)
-            return tc.torch_mincut(backup, joint_inputs, **kwargs)
+            return fall_back(self, backup, joint_inputs, kwargs, reason)
 
     @staticmethod
     def _reference_saved(gm: fx.GraphModule, joint_inputs, kwargs) -> list[str] | None:
@@ -138,12 +134,14 @@ class RematPartitioner(CustomPartitionerFn):
         except Exception:  # noqa: BLE001 - a reference only: the planner goes on without it
             return None
 
-    def _capture(self, joint, reference: list[str] | None):
+    def _capture(self, joint, reference: list[str] | None, opaque: bool = False):
         """The Graph of a prepared joint graph; ``meta["compiler"]`` says how it will run
         (inductor's fused kernels keep fusible values out of memory: the cost model's
-        ``fused_memory``), ``meta[REFERENCE_SAVED]`` what plain ``torch.compile`` saves."""
+        ``fused_memory``), ``meta[REFERENCE_SAVED]`` what plain ``torch.compile`` saves.
+        ``opaque``: ops remat cannot plan become opaque nodes (a Graph for judging PyTorch's
+        partition where remat falls back: :mod:`remat.lower.fallback`)."""
         graph = graph_from_joint(joint, self.param_indices, name=self.graph_name,
-                                 compiler=self.options.planned_compiler)
+                                 compiler=self.options.planned_compiler, opaque=opaque)
         if reference is not None:
             graph.meta[REFERENCE_SAVED] = [s for s in reference if s in graph]
         if self.options.outputs == "dropped":
@@ -192,17 +190,24 @@ class RematPartitioner(CustomPartitionerFn):
 
         req = self._solver_for(graph, o.request)  # the request made once at the API
 
-        def solve_within(budget, headroom):
+        def solve_within(budget, headroom, on_infeasible=None):
             title = f"remat: planning {graph.name} ({len(graph)} nodes)"
             with shown(title) if o.verbose else delayed(title):
-                return cached_solve(graph, req.within(budget, headroom), cache=o.cache)
+                return cached_solve(graph, req.within(budget, headroom), cache=o.cache,
+                                    on_infeasible=on_infeasible)
 
-        try:
-            plan = solve_within(budget, headroom)
-        except InfeasibleBudgetError as e:
+        def least_instead(e: InfeasibleBudgetError) -> Plan:
+            """What runs where the share is out of reach (stored in the plan cache with it)."""
             if step.may_refuse(graph):
-                raise  # a byte budget's first graph (or a fraction under strict=True)
-            plan = _out_of_reach(_least_found(e), solve_within(Budget.least(), 0.0))
+                raise e  # a byte budget's first graph (or a fraction under strict=True)
+            return _out_of_reach(_least_found(e), solve_within(Budget.least(), 0.0))
+
+        plan = solve_within(budget, headroom, least_instead if budget is not None else None)
+        reach = plan.details.get("out_of_reach")
+        if reach is not None:
+            e = InfeasibleBudgetError(reach["message"], reach.get("smallest_feasible"), plan)
+            if step.may_refuse(graph):
+                raise e  # stored when this step did not refuse it (strict=False then)
             slower = _slowdown(graph, plan)
             if step.refuse_later(graph, e):  # the step's forward decides (StepBudget.verdict)
                 step.floors.append(f"{floor(graph, plan)} {slower}")
@@ -226,7 +231,8 @@ class RematPartitioner(CustomPartitionerFn):
                 _warn_once(f"remat could not split {graph.name!r} as planned ({e}); planning it "
                            "without fission")
                 req = req.using(options={**req.options, "fission": False})
-                plan = solve_within(budget if plan.feasible or budget is None else Budget.least(), headroom)
+                plan = solve_within(budget if plan.feasible or budget is None else Budget.least(), headroom,
+                                    least_instead if budget is not None else None)
         if o.budget is not None:
             # the budget asked for the step; budget_bytes is this graph's share of it
             plan = plan.updated(options={"budget": o.budget.text, "step_graph": len(step.graphs) + 1})

@@ -3,8 +3,16 @@ loads the plan instead of solving again (no torch, no pickle).
 
 A cache entry is one JSON file per key, ``<key>.json`` in the cache directory::
 
-    {"format": "remat-plan-cache", "version": 2, "key": "<sha256>", "graph_hash": "<sha256>",
-     "remat": "0.2.0", "plan": {<Plan.to_dict(), "remat.plan" version 3>}}
+    {"format": "remat-plan-cache", "version": 3, "key": "<sha256>", "graph_hash": "<sha256>",
+     "remat": "0.2.0", "budget": {"kind": "fraction", "value": 0.5, "planned_bytes": 123456},
+     "plan": {<Plan.to_dict(), "remat.plan" version 3>},
+     "out_of_reach": {"message": "...", "smallest_feasible": 234567}}
+
+``budget`` is the budget the plan was made for (null: none); an entry that records another
+than the one asked is not served. ``out_of_reach`` is there only when that budget was out of
+reach and the step ran another plan instead (its least memory: a fraction is a target), which
+is the plan stored: a later run that asks for the same fraction gets it at once, with the same
+warning, instead of searching again.
 
 The **key** (:func:`cache_key`) is a sha256 over canonical JSON (sorted keys, no Python hash
 anywhere, so it is the same in every process and under every ``PYTHONHASHSEED``) of:
@@ -25,12 +33,14 @@ anywhere, so it is the same in every process and under every ``PYTHONHASHSEED``)
   solver plans within), the headroom, the time limit, the solver's options and the cost
   model (its class and its device profile).
 
-Reading an entry checks it before use: a file that is not JSON, has another format or
-version, another key, or whose plan does not load against the graph (a node it names is not
+Reading an entry checks it before use: a file that cannot be read or parsed for any reason
+(:func:`read_json_file`: not UTF-8, not JSON, nested too deeply, too large), has another
+format or version, another key or budget, or whose plan does not load against the graph (a node it names is not
 in the graph, a saved value differs, or its schedule, replayed in the simulator, is invalid,
 over the budget or peaks elsewhere than when it was stored; a plan with fissions is loaded
 against the graph split as it says, which the caller builds) is ignored with a
-:class:`~remat.errors.RematCacheWarning`; the next :meth:`PlanCache.put` overwrites it. Writes
+:class:`~remat.errors.RematCacheWarning` and deleted; the next :meth:`PlanCache.put` writes it
+again. Nothing a cache file holds ever raises or stops planning. Writes
 are atomic (a temporary file in the same directory, then ``os.replace``), so processes that
 plan the same graph at once (DDP ranks) never read half a file.
 
@@ -43,6 +53,7 @@ The directory (:func:`default_directory`) is ``$REMAT_CACHE_DIR`` when set, else
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -62,9 +73,10 @@ from .budget import Budget
 from .plan import Plan, _saved_value
 
 CACHE_FORMAT = "remat-plan-cache"
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 """Bumped whenever the layout of an entry or what the key covers changes (2: plans of version
-3, with fissions, swaps and the link as fields of their own). It is part of the key, so an
+3, with fissions, swaps and the link as fields of their own; 3: the budget an entry was planned
+for, and the plan run where that budget was out of reach). It is part of the key, so an
 entry of another version is never looked up; one found under a key anyway is ignored with a
 warning."""
 
@@ -240,6 +252,36 @@ def write_json_atomically(path: Path, value: Any, **dump: Any) -> None:
 
 
 
+MAX_FILE_BYTES = 1 << 30
+"""The largest cache file remat reads (1 GiB; a plan of a 100k-node graph takes about 15 MB):
+a larger one is treated as corrupt."""
+
+
+def read_json_file(path: Path) -> tuple[Any, str | None]:
+    """What the JSON file at ``path`` holds, for a cache: ``(value, None)``; ``(None, None)``
+    when there is no file; ``(None, why)`` when it cannot be read or parsed, for whatever
+    reason (unreadable, larger than :data:`MAX_FILE_BYTES`, not UTF-8, not JSON, nested too
+    deeply): a cache file never raises, it is only ignored and replaced."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return None, f"it is larger than {MAX_FILE_BYTES} bytes"
+        raw = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as e:
+        return None, f"it cannot be read ({e})"
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError as e:
+        return None, f"it is not UTF-8 text ({e.reason} at byte {e.start})"
+    except RecursionError:
+        return None, "it is nested too deeply to be JSON remat wrote"
+    except ValueError as e:  # json.JSONDecodeError, or an integer of too many digits
+        return None, f"it is not JSON ({e})"
+    except Exception as e:  # noqa: BLE001 - whatever the file holds, the cache only ignores it
+        return None, f"it cannot be parsed ({type(e).__name__}: {e})"
+
+
 def default_directory() -> Path | None:
     """``$REMAT_CACHE_DIR``, else ``$XDG_CACHE_HOME/remat/plans`` or ``~/.cache/remat/plans``;
     None when ``$REMAT_CACHE_DIR`` is ``off`` (or ``0``, ``false``, ``no``, ``none``)."""
@@ -273,24 +315,32 @@ class PlanCache:
 
     def get(self, key: str, graph: Graph, *, budget: float | None = None,
             cost_model: CostModel | None = None,
-            split: Callable[[Graph, Sequence[Fission]], Graph] | None = None) -> Plan | None:
+            split: Callable[[Graph, Sequence[Fission]], Graph] | None = None,
+            planned_for: Mapping[str, Any] | None = None) -> Plan | None:
         """The plan stored under ``key``, loaded against ``graph`` and judged by the simulator
         (against ``budget`` bytes, under ``cost_model``); None when there is none. A plan with
         fissions is loaded against ``split(graph, fissions)``
         (:func:`remat.transforms.fission.apply_fissions`, which the caller hands in: the cache
-        sits below the transforms); without ``split`` such a plan is not served. An entry
-        that cannot be used is ignored with a :class:`~remat.errors.RematCacheWarning`."""
+        sits below the transforms); without ``split`` such a plan is not served.
+        ``planned_for``: the budget the entry must record (:func:`budget_record`); an entry
+        stored for another is not served. An entry stored for a budget out of reach
+        (``out_of_reach`` in :meth:`put`) holds the plan that ran instead, judged at its own
+        peak; it comes back with ``details["out_of_reach"]``. An entry that cannot be used,
+        for any reason, is ignored with a :class:`~remat.errors.RematCacheWarning` and
+        deleted: the next :meth:`put` replaces it, and planning goes on."""
         path = self.path(key)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError):
+        entry, why = read_json_file(path)
+        if why is not None:
+            return self._ignore(path, why)
+        if entry is None:
             return None
-        except OSError as e:
-            return self._ignore(path, f"it cannot be read ({e})")
         try:
-            entry = json.loads(text)
-        except ValueError as e:
-            return self._ignore(path, f"it is not JSON ({e})")
+            return self._load(path, entry, key, graph, budget, cost_model, split, planned_for)
+        except Exception as e:  # noqa: BLE001 - a cache entry never takes planning down
+            return self._ignore(path, f"its plan cannot be loaded ({type(e).__name__}: {e})")
+
+    def _load(self, path: Path, entry: Any, key: str, graph: Graph, budget: float | None,
+              cost_model: CostModel | None, split, planned_for) -> Plan | None:
         if not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT:
             return self._ignore(path, f"it is not a remat plan cache entry (no \"format\": \"{CACHE_FORMAT}\")")
         if entry.get("version") != CACHE_VERSION:
@@ -304,35 +354,51 @@ class PlanCache:
             return None
         if entry.get("graph_hash") != ghash:
             return self._ignore(path, "it was stored for another graph")
+        if planned_for is not None and entry.get("budget") != _canonical(dict(planned_for)):
+            return self._ignore(path, f"it was planned for the budget {_describe(entry.get('budget'))}, not "
+                                      f"{_describe(planned_for)}")
+        reach = entry.get("out_of_reach")
+        if reach is not None and not (isinstance(reach, dict) and isinstance(reach.get("message"), str)):
+            return self._ignore(path, "its record of a budget out of reach is malformed")
         try:
             stored = entry.get("plan")
             fissions = [Fission.from_dict(f) for f in stored.get("fissions") or ()]
             if fissions and split is None:
                 return None
             plan = Plan.from_dict(stored, split(graph, fissions) if fissions else graph)
-            why = _check(plan, plan.graph, budget, cost_model)
+            # a plan run in place of a budget out of reach is judged at its own peak
+            why = _check(plan, plan.graph, None if reach is not None else budget, cost_model)
         except (PlanError, KeyError, TypeError, ValueError, AttributeError) as e:
             why = f"its plan does not load against the graph ({type(e).__name__}: {e})"
         if why:
             return self._ignore(path, why)
-        return plan.updated(graph_name=graph.name)
+        out = plan.updated(graph_name=graph.name)
+        return out if reach is None else out.updated(details={"out_of_reach": dict(reach)})
 
-    def put(self, key: str, plan: Plan, graph: Graph | None = None) -> Path | None:
-        """Store ``plan`` under ``key`` (atomically; an entry already there is replaced).
-        Returns the file, or None (with a warning) when it cannot be written."""
+    def put(self, key: str, plan: Plan, graph: Graph | None = None, *,
+            planned_for: Mapping[str, Any] | None = None,
+            out_of_reach: Mapping[str, Any] | None = None) -> Path | None:
+        """Store ``plan`` under ``key`` (atomically; an entry already there is replaced), with
+        the budget it was planned for (``planned_for``: :func:`budget_record`) and, where that
+        budget was out of reach and ``plan`` is what ran instead, ``out_of_reach`` (the
+        refusal's ``message`` and ``smallest_feasible``). Returns the file, or None (with a
+        warning) when it cannot be written."""
         graph = graph if graph is not None else plan.graph
         if graph is None:
             raise PlanError("a plan is stored with the graph it was made for: pass graph=")
         path = self.path(key)
-        d = plan.to_dict()
-        d["details"] = {k: v for k, v in d.get("details", {}).items() if k not in _CACHE_FIELDS}
-
-        entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,
-                 "graph_hash": graph_hash(graph), "remat": _version("remat"),
-                 "plan": d}
         try:
+            d = plan.to_dict()
+            d["details"] = {k: v for k, v in d.get("details", {}).items()
+                            if k not in _CACHE_FIELDS and k != "out_of_reach"}
+            entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,
+                     "graph_hash": graph_hash(graph), "remat": _version("remat"),
+                     "budget": None if planned_for is None else _canonical(dict(planned_for)),
+                     "plan": d}
+            if out_of_reach is not None:
+                entry["out_of_reach"] = _canonical(dict(out_of_reach))
             write_json_atomically(path, entry, separators=(",", ":"))
-        except (OSError, TypeError, ValueError) as e:
+        except (OSError, TypeError, ValueError, RecursionError, Uncacheable) as e:
             warnings.warn(f"remat could not store a plan in its cache at {path} ({type(e).__name__}: "
                           f"{e}); the next run plans again. Set {ENV} to a writable folder or to "
                           "'off'.", RematCacheWarning, stacklevel=2)
@@ -342,7 +408,25 @@ class PlanCache:
     def _ignore(self, path: Path, why: str) -> None:
         warnings.warn(f"remat ignores the cached plan {path}: {why}; planning again (the entry is "
                       "replaced)", RematCacheWarning, stacklevel=3)
+        with contextlib.suppress(OSError):  # a bad entry is not read, nor warned about, twice
+            path.unlink()
         return None
+
+
+def budget_record(budget: Budget | None, planned_bytes: int | None) -> dict | None:
+    """What an entry records of the budget its plan was made for: the kind and value asked
+    and the bytes the solver planned within (None: no budget)."""
+    if budget is None:
+        return None
+    return {"kind": budget.kind, "value": budget.value, "planned_bytes": planned_bytes}
+
+
+def _describe(record: Any) -> str:
+    if record is None:
+        return "none"
+    if isinstance(record, Mapping):
+        return f"{record.get('kind')} {record.get('value')!r} ({record.get('planned_bytes')} bytes planned)"
+    return repr(record)[:60]
 
 
 def _check(plan: Plan, graph: Graph, budget: float | None, cost_model: CostModel | None) -> str:
@@ -380,5 +464,5 @@ def resolve(cache: "PlanCache | str | os.PathLike | bool | None") -> PlanCache |
     raise TypeError(f"cache must be True, False, a folder or a PlanCache, not {cache!r}")
 
 
-__all__ = ["CACHE_FORMAT", "CACHE_VERSION", "PlanCache", "Uncacheable", "cache_key",
-           "default_directory", "graph_hash", "planner_fingerprint", "resolve"]
+__all__ = ["CACHE_FORMAT", "CACHE_VERSION", "PlanCache", "Uncacheable", "budget_record", "cache_key",
+           "default_directory", "graph_hash", "planner_fingerprint", "read_json_file", "resolve"]

@@ -387,6 +387,9 @@ class Plan:
         head = (f"remat plan for {self.graph_name!r}" + (f" ({nodes} nodes)" if nodes else "")
                 + f": {self.solver}" + (f" ({opts})" if opts else "") + f", {self.status}")
         lines = [head]
+        if self.details.get("fallback"):
+            lines.append(f"  fell back to PyTorch's partitioner: remat could not plan this graph "
+                         f"({self.details['fallback']})")
         if self.message:
             lines.append(f"  {self.message}")
         facts = []

@@ -80,6 +80,15 @@ class StepBudget:
     over: bool = False  # a graph could not meet its share since the last verdict()
     strict: bool = False  # a fraction no plan reaches is an error (else the least memory, a warning)
     floors: list[str] = field(default_factory=list)  # why graphs that missed their shares cannot go lower
+    fallbacks: list[tuple[str, str]] = field(default_factory=list)  # (graph, reason) run by PyTorch's partitioner
+
+    def fell_back(self, name: str, reason: str) -> bool:
+        """Note that graph ``name`` runs PyTorch's partition because remat could not plan it
+        (``reason``); True the first time for that graph and reason (warn then)."""
+        if (name, reason) in self.fallbacks:
+            return False
+        self.fallbacks.append((name, reason))
+        return True
 
     def held_gradients(self, nbytes: int) -> str | None:
         """Note that ``nbytes`` of gradients are held as a step starts. Returns a warning's

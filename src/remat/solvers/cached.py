@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..cost.model import CostModel, default_cost_model
+from ..errors import InfeasibleBudgetError
 from ..graph.graph import Graph
 from ..plans.budget import Budget
-from ..plans.cache import PlanCache, Uncacheable, cache_key, resolve
+from ..plans.cache import PlanCache, Uncacheable, budget_record, cache_key, resolve
 from ..plans.plan import Plan
 from ..transforms.fission import apply_fissions
 from .registry import DEFAULT_TIME_LIMIT, as_request, solve
@@ -31,6 +32,7 @@ from .request import Request
 def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str | float | None = None,
                  cost_model: CostModel | None = None, time_limit: float | None = DEFAULT_TIME_LIMIT,
                  headroom: float = 0.0, cache: "PlanCache | str | os.PathLike | bool | None" = True,
+                 on_infeasible: Callable[[InfeasibleBudgetError], Plan] | None = None,
                  **options: Any) -> Plan:
     """:func:`~remat.solvers.registry.solve`, through the cache (:mod:`remat.plans.cache`): a plan stored for the same graph and
     options is loaded and judged by the simulator as a fresh one would be; otherwise the
@@ -39,11 +41,17 @@ def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget
     name and settings. ``plan.details["cache"]`` says ``"hit"`` or
     ``"miss"`` (``"off"`` without a cache); on a hit ``solve_seconds`` is the time the lookup
     took and ``details["cached_solve_seconds"]`` the original solve's. An infeasible budget
-    raises as :func:`~remat.solvers.solve` does and nothing is stored."""
+    raises as :func:`~remat.solvers.solve` does and nothing is stored, unless
+    ``on_infeasible(error)`` says what runs instead (the least memory, for a fraction that is
+    a target): that plan is returned and stored for the budget, with
+    ``details["out_of_reach"]`` (the error's ``message`` and ``smallest_feasible``), so that the
+    next run with the same budget gets it without searching again. ``on_infeasible`` may
+    raise (the budget refused). A cache file that cannot be used never raises: it is ignored
+    with a :class:`~remat.errors.RematCacheWarning` and replaced."""
     req = as_request(solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
                      headroom=headroom, options=options)
     store = resolve(cache)
-    key = None
+    key = record = None
     if store is not None:
         t0 = time.perf_counter()
         cm = req.cost_model_for(graph)
@@ -53,25 +61,41 @@ def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget
         except Uncacheable:
             key = None
         if key is not None:
-            plan = _hit(graph, req, store, key, cm, t0)
+            record = budget_record(req.budget, req.planned_bytes(graph) if req.bounded else None)
+            plan = _hit(graph, req, store, key, cm, t0, record)
             if plan is not None:
                 return plan
-    plan = solve(graph, req)
+    reach = None
+    try:
+        plan = solve(graph, req)
+    except InfeasibleBudgetError as e:
+        if on_infeasible is None:
+            raise
+        reach = {"message": str(e), "smallest_feasible": e.smallest_feasible}
+        plan = on_infeasible(e)  # raises where the budget is refused
     if key is None:
-        return plan.updated(details={"cache": "off"})
-    path = store.put(key, plan, graph) if plan.feasible and plan.statements is not None else None
-    return plan.updated(details={**({} if path is None else {"cache_file": str(path)}), "cache": "miss"})
+        return _reached(plan.updated(details={"cache": "off"}), reach)
+    path = None
+    if plan.feasible and plan.statements is not None:
+        path = store.put(key, plan, graph, planned_for=record, out_of_reach=reach)
+    return _reached(plan.updated(details={**({} if path is None else {"cache_file": str(path)}),
+                                          "cache": "miss"}), reach)
 
 
-def _hit(graph: Graph, req: Request, store: PlanCache, key: str, cm: CostModel, t0: float) -> Plan | None:
+def _reached(plan: Plan, reach: dict | None) -> Plan:
+    return plan if reach is None else plan.updated(details={"out_of_reach": reach})
+
+
+def _hit(graph: Graph, req: Request, store: PlanCache, key: str, cm: CostModel, t0: float,
+         record: dict | None) -> Plan | None:
     """The plan stored under ``key``, reported as :func:`~remat.solvers.registry.solve` reports
     a fresh one, or None."""
     limit = req.planned_bytes(graph) if req.bounded else None
-    plan = store.get(key, graph, budget=limit, cost_model=cm, split=apply_fissions)
+    plan = store.get(key, graph, budget=limit, cost_model=cm, split=apply_fissions, planned_for=record)
     if plan is None:
         return None
     report: dict = {}
-    if req.budget is not None:
+    if req.budget is not None and "out_of_reach" not in plan.details:
         # as solve() reports it; "min" asks for the least peak, which is the plan's
         asked = req.asked_bytes(graph) if req.bounded else plan.peak_bytes
         limit = limit if req.bounded else plan.peak_bytes
