@@ -163,7 +163,7 @@ def test_bad_arguments_print_one_line_and_exit_2(tmp_path):
         (["--budget", "abc"], "budget 'abc' is not understood"),
         (["--budget", "1.5"], "neither a fraction in (0, 1] nor a byte count"),
         (["--solver", "foo"], "unknown solver 'foo'; solvers: auto, mincut-conservative"),
-        (["--time-limit", "-1"], "time_limit -1.0 must be a number of seconds >= 0"),
+        (["--time-limit", "-1"], "--time-limit: -1 must be a number of seconds >= 0"),
         (["--solver", "checkmate"], "needs a memory budget"),
         (["--solver", "torch-mincut"], "PyTorch's own partitioner"),
         (["--budget", "0.5", "--max-overhead", "0.1"], "not both"),
@@ -238,3 +238,51 @@ def test_plan_with_the_swap_solver_prints_offload_and_reload_statements_and_plot
     assert ops.count("offload") > 0 and ops.count("reload") >= ops.count("offload")
     assert out["peak_bytes"] <= out["budget"] and "offload" in out["decisions"].values()
     assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "--models", "nope"], "--models: unknown model 'nope'; models: all, cos-cos"),
+    (["bench", "--models", "mlp", "--methods", "nope"], "unknown method 'nope'"),
+    (["bench", "--models", "mlp", "--methods", "eager,auto:budget=1.5"], "method 'auto:budget=1.5': budget 1.5"),
+    (["bench", "--size", "huge"], "--size 'huge': use one or more of tiny, small, full"),
+    (["bench", "--repeats", "0"], "--repeats: 0 must be at least 1"),
+    (["bench", "--batch", "-2"], "--batch: -2 must be at least 1"),
+    (["capture", "--model", "nope"], "--model: unknown model 'nope'"),
+    (["demo", "nope"], "unknown example 'nope'; examples: cos-cos"),
+    (["demo", "--numel", "-5"], "--numel: -5 must be at least 1"),
+    (["demo", "--repeats", "0"], "--repeats: 0 must be at least 1"),
+    (["plan", "g.json", "--budget", "1e300GiB"], "more bytes than any device holds"),
+    (["plan", "g.json", "--bandwidth", "inf"], "--bandwidth: inf must be a finite number > 0"),
+    (["plan", "g.json", "--max-overhead", "-1"], "--max-overhead: -1 must be a share"),
+    (["sweep", "g.json", "--points", "0"], "--points: 0 must be at least 1"),
+    (["sweep", "g.json", "--budgets", "0.5,abc"], "budget 'abc' is not understood"),
+    (["sweep", "g.json", "--solvers", "checkmate,nope"], "unknown solver 'nope'"),
+])
+def test_a_mistake_is_one_line_and_exit_2_before_any_work(tmp_path, monkeypatch, args, message):
+    """Before, `remat bench --models nope` ran 35-70 s and wrote a results folder of error rows,
+    `remat demo --numel -5` printed a traceback and `--repeats 0` ran 260 s and exited 0."""
+    import remat.bench.runner
+    import remat.cli.demo
+
+    def no_work(*a, **k):
+        raise AssertionError("the command ran: its arguments should have been refused first")
+
+    monkeypatch.setattr(remat.bench.runner, "run", no_work)
+    monkeypatch.setattr(remat.cli.demo, "run_demo", no_work)
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(*args)
+    assert r.returncode == 2, (args, r.stderr)
+    assert r.stderr.strip().count("\n") == 0 and message in r.stderr, (args, r.stderr)
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_methods_with_several_options_are_one_method_each():
+    """`--methods checkmate:budget=0.5,time_limit=20,threads=1` is one method (the README's
+    example); before, the runner split it at every comma."""
+    from remat.bench.methods import parse_method, split_methods
+
+    methods = split_methods("eager,checkmate:budget=0.5,time_limit=20,threads=1,auto:budget=0.6")
+    assert methods == ["eager", "checkmate:budget=0.5,time_limit=20,threads=1", "auto:budget=0.6"]
+    spec = parse_method(methods[1])
+    assert spec.options == {"budget": 0.5, "time_limit": 20} and spec.solver_options == {"threads": 1}

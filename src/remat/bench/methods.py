@@ -111,6 +111,22 @@ def parse_method(method: str) -> MethodSpec:
     return spec
 
 
+def split_methods(text: str) -> list[str]:
+    """The methods of a comma-separated list, where a method's options are comma-separated too:
+    a part with ``=`` and no ``:`` continues the method before it.
+
+    >>> split_methods("eager,auto:budget=0.6,checkmate:budget=0.5,threads=1")
+    ['eager', 'auto:budget=0.6', 'checkmate:budget=0.5,threads=1']
+    """
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if out and "=" in part and ":" not in part and ":" in out[-1]:
+            out[-1] += "," + part
+        elif part:
+            out.append(part)
+    return out
+
+
 def _parse_value(text: str) -> Any:
     if text.lower() in ("true", "false"):
         return text.lower() == "true"

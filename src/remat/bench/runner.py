@@ -43,7 +43,7 @@ from ..cost.calibrate import profile_for
 from . import measure as M
 from . import report
 from .fidelity import markdown as fidelity_md
-from .methods import CHECKPOINT, METHODS, prepare
+from .methods import CHECKPOINT, METHODS, prepare, split_methods
 
 DEFAULT_REPEATS = {"tiny": 5, "small": 10, "full": 5}
 DEFAULT_WARMUP = {"tiny": 1, "small": 2, "full": 1}
@@ -184,7 +184,8 @@ def run(models: Iterable[str] | str = "all", sizes: Iterable[str] | str = "tiny"
     other's time slices, which inflates compiled CPU steps many times over)."""
     models = _as_list(models, list(zoo.names()) if models in (None, "all", ["all"]) else [])
     sizes = _as_list(sizes, ["tiny"])
-    methods = _as_list(methods, list(METHODS) if methods in (None, "all", ["all"]) else [])
+    methods = _as_list(split_methods(methods) if isinstance(methods, str) and methods != "all" else methods,
+                       list(METHODS) if methods in (None, "all", ["all"]) else [])
     device = str(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")

@@ -2,9 +2,10 @@
 ``remat demo``, ``remat bench``.
 
 Each command lives in its own module, imported only when it runs (``remat plan`` on a saved
-graph never loads torch). A mistake in the arguments (an unknown solver, a budget remat
-cannot read, a negative time limit) prints one line and exits with status 2; a budget no plan
-meets exits with status 1.
+graph never loads torch). A mistake in the arguments (an unknown solver, model, method or
+size, a budget remat cannot read, a count below 1, a negative time limit) prints one line and
+exits with status 2 before any work (:mod:`remat.cli.checks`); a budget no plan meets exits
+with status 1.
 """
 
 from __future__ import annotations
@@ -16,45 +17,45 @@ from pathlib import Path
 
 from ..errors import InfeasibleBudgetError, RematError
 from ..solvers import DEFAULT_TIME_LIMIT, names
-
-SIZES = ("tiny", "small", "full")
+from . import checks
+from .checks import SIZES, Parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="remat", description=__import__("remat").__doc__.splitlines()[0])
+    parser = Parser(prog="remat", description=__import__("remat").__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plan", help="plan a saved graph (remat JSON or a Checkmate graph)")
     p.add_argument("graph", help="graph file: remat.graph JSON or Checkmate node-link JSON")
-    p.add_argument("--solver", default="auto", help=f"one of: {', '.join(names(graphs=True))} (default auto)")
-    p.add_argument("--budget", default=None,
+    p.add_argument("--solver", default="auto", type=checks.solver, help=f"one of: {', '.join(names(graphs=True))} (default auto)")
+    p.add_argument("--budget", default=None, type=checks.budget,
                    help="peak-memory budget: bytes with a unit ('6GiB', '512MB', 1e9), a fraction of "
                         "the activation memory without recomputation (0.6), or 'min'; remat plans "
                         "within 99%% of a byte budget, as remat.compile does")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
+    p.add_argument("--time-limit", type=checks.seconds, default=DEFAULT_TIME_LIMIT,
                    help=f"seconds the solver may search (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (remat.Plan.from_dict reads it)")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="draw the plan's memory timeline and its copy stream over time into PNG")
-    p.add_argument("--bandwidth", type=float, default=None,
+    p.add_argument("--bandwidth", type=checks.positive_number, default=None,
                    help="host link bandwidth (bytes/s, or bytes per cost unit for the swapping "
                         "solvers on a graph without a device); default: the device's, measured")
     p.add_argument("--no-offload", action="store_true",
                    help="plan without offloading to host memory (remat.compile's offload=False)")
-    p.add_argument("--max-overhead", type=float, default=None,
+    p.add_argument("--max-overhead", type=checks.share, default=None,
                    help="instead of a budget: the least memory within this share of extra step time "
                         "(0.10), by MAGIS's search (solvers auto and magis)")
     p.set_defaults(module="plan")
 
     s = sub.add_parser("sweep", help="overhead vs memory budget for budgeted solvers (seeds/001 Fig. 5)")
     s.add_argument("graph", help="graph file: remat.graph JSON or Checkmate node-link JSON")
-    s.add_argument("--budgets", default=None,
+    s.add_argument("--budgets", default=None, type=checks.budgets,
                    help="comma-separated budgets (bytes with units or fractions); default: --points "
                         "budgets from the smallest feasible found to the no-recomputation peak")
-    s.add_argument("--points", type=int, default=8)
-    s.add_argument("--solvers", default=None, help="comma-separated solver names (default: checkmate, "
+    s.add_argument("--points", type=checks.positive_int, default=8)
+    s.add_argument("--solvers", default=None, type=checks.solvers, help="comma-separated solver names (default: checkmate, "
                    "checkmate-lp, checkpoint-all, chen-sqrtn, chen-greedy, griewank)")
-    s.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
+    s.add_argument("--time-limit", type=checks.seconds, default=DEFAULT_TIME_LIMIT,
                    help=f"seconds each solve may search (default {DEFAULT_TIME_LIMIT:g})")
     s.add_argument("--plot", default=None, help="write the overhead-vs-budget plot to this PNG")
     s.add_argument("--json", action="store_true")
@@ -68,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the seeds' examples: eager vs PyTorch's partitioner vs no-recompute vs remat")
     d.add_argument("examples", nargs="*", help="subset of: cos-cos dropout-mask tanh-tanh gelu-erf")
-    d.add_argument("--numel", type=int, default=1 << 20, help="elements per input tensor")
-    d.add_argument("--repeats", type=int, default=20, help="timed steps per method")
+    d.add_argument("--numel", type=checks.positive_int, default=1 << 20, help="elements per input tensor")
+    d.add_argument("--repeats", type=checks.positive_int, default=20, help="timed steps per method")
     d.add_argument("--compiler", default="inductor", choices=["inductor", "eager"],
                    help="'eager' skips kernel codegen (fast; times are then not meaningful)")
     d.add_argument("--json", action="store_true")
@@ -81,19 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", default="all", help="'all' or comma-separated methods: eager, "
                    "torch-checkpoint, or any solver name with options as solver:key=value,... "
                    "(e.g. mincut-aggressive, auto:budget=0.6, checkmate:budget=0.5,time_limit=20)")
-    b.add_argument("--device", default="cpu", help="cpu or cuda")
+    b.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N for one GPU)")
     b.add_argument("--out", type=Path, default=None,
                    help="output folder (default out/bench-SIZE-DEVICE-COMPILER)")
     b.add_argument("--plot", action="store_true", help="write plots under OUT/plots")
-    b.add_argument("--repeats", type=int, default=None, help="timed rounds per method (default by size)")
-    b.add_argument("--batch", type=int, default=None, help="batch size (default: the zoo's for the size)")
+    b.add_argument("--repeats", type=checks.positive_int, default=None,
+                   help="timed rounds per method (default by size)")
+    b.add_argument("--batch", type=checks.positive_int, default=None,
+                   help="batch size (default: the zoo's for the size)")
     b.add_argument("--compiler", default="auto", choices=["auto", "inductor", "eager"],
                    help="'eager' runs the partitioned graphs without kernel codegen (fast; "
                         "times are then not those of compiled kernels); 'auto' (default): "
                         "eager at size tiny, inductor otherwise")
     b.add_argument("--no-resume", action="store_true", help="re-run records already ok in OUT/results.json")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
-    b.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    b.add_argument("--threads", type=checks.positive_int, default=None, help="torch CPU threads (default: torch's)")
     b.add_argument("--no-kernel-cache", action="store_true",
                    help="turn off inductor's kernel cache too (cold compile times; much slower)")
     b.set_defaults(module="bench")
@@ -101,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    checks.check(parser, args)  # before any work: one line and exit 2
     try:
         return importlib.import_module(f"{__package__}.{args.module}").run(args)
     except InfeasibleBudgetError as e:
