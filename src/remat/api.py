@@ -128,10 +128,20 @@ def _compiled(model: Callable, settings: Options, *, options: dict | None = None
         checks = _StepChecks(model, backend.step)
         if settings.budget.kind == "bytes":
             compiled.register_forward_pre_hook(checks.before)
-        elif settings.budget.kind == "fraction":
+        elif settings.budget.kind == "fraction" and not _lightning_module(model):
+            # Lightning's Trainer runs the model's training_step under the backend itself, not
+            # the compiled module: these hooks would never run, so its graphs warn as they go
             backend.step.defer = True
             compiled.register_forward_hook(checks.after)
     return compiled
+
+
+def _lightning_module(model: torch.nn.Module) -> bool:
+    """A Lightning ``LightningModule`` (Lightning's Trainer unwraps the compiled module and
+    compiles the model's own ``training_step`` with its backend:
+    ``lightning.pytorch.utilities.compile.from_compiled``)."""
+    return any(c.__name__ == "LightningModule" and c.__module__.split(".")[0] in ("lightning", "pytorch_lightning")
+               for c in type(model).__mro__)
 
 
 def _show_signature(compiled: torch.nn.Module, model: torch.nn.Module) -> None:
@@ -243,6 +253,9 @@ def _with_overhead(solver_options: Mapping[str, Any] | None, max_overhead: float
                    budget: Any) -> dict:
     """The solver's options with ``max_overhead`` among them (checked against the budget: none,
     or ``"min"``; a budget in bytes or a fraction is refused)."""
+    if solver_options is not None and not isinstance(solver_options, Mapping):
+        raise OptionError(f"solver_options must be a dict of the solver's options ({{'threads': 1}}), not "
+                          f"{solver_options!r}")
     out = dict(solver_options or {})
     if max_overhead is None:
         return out

@@ -51,8 +51,20 @@ class RematBackend:
         self.label = label
         self.inductor_options = dict(inductor_options or {})
         self.mode = mode
+        self.model_bytes = int(model_bytes)
         self.step = StepBudget(self.options.budget, model_bytes, strict=self.options.strict)  # the budget of the whole step
         inductor_patches(mode, self.inductor_options)  # a clear error now, not at the first call
+
+    def __deepcopy__(self, memo) -> "RematBackend":
+        """The backend itself: one ``remat.compile`` has one backend, whose step budget the
+        graphs of the step share (Lightning deep-copies ``torch.compile``'s arguments to
+        compile again with them; the copy must plan as the original does)."""
+        return self
+
+    def __reduce__(self):
+        """Pickled by its options (a fresh step budget when unpickled). An ``on_plan`` callback
+        that cannot be pickled (a lambda) makes this fail, as it would for any object."""
+        return (RematBackend, (self.options, self.inductor_options, self.mode, self.label, self.model_bytes))
 
     def __repr__(self) -> str:
         o = self.options

@@ -47,6 +47,11 @@ class Request:
         if not isinstance(self.options, MappingProxyType):
             object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
+    def __reduce__(self):
+        # a read-only view of the options cannot be pickled or deep-copied: its dict can
+        return (Request, (self.solver, self.budget, self.time_limit, dict(self.options), self.headroom,
+                          self.cost_model))
+
     def within(self, budget: Budget | None, headroom: float = 0.0) -> "Request":
         """The same request for another budget (a graph's share of the step's)."""
         return dataclasses.replace(self, budget=budget, headroom=headroom)
