@@ -19,6 +19,7 @@ import warnings
 import torch
 
 import remat
+from remat.eager.blocks import enable_transformers_checkpointing
 from remat.bench import harness
 from remat.bench.measure import peak_memory, step_time
 
@@ -58,9 +59,7 @@ def measure(repeats: int = 15, dropout: float = 0.1, width: int = 64, seq: int =
     for kind in ["eager", "full", None, 0.8, 0.5, "min"]:
         m = copy.deepcopy(base)
         if kind == "full":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_transformers_checkpointing(m, use_reentrant=False)
         elif kind != "eager":
             remat.checkpoint(m, budget=kind)
 

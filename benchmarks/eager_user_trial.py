@@ -19,6 +19,7 @@ import warnings
 import torch
 
 import remat
+from remat.eager.blocks import enable_transformers_checkpointing
 from remat.bench import harness
 from remat.bench.measure import peak_memory, step_time
 
@@ -46,7 +47,7 @@ def run(args) -> harness.Result:
     for name in ("none", "hf full", "remat 0.8", "remat 0.5", "remat min"):
         m = copy.deepcopy(base)
         if name == "hf full":
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_transformers_checkpointing(m, use_reentrant=False)
         elif name.startswith("remat"):
             b = name.split()[1]
             with warnings.catch_warnings(record=True) as w:

@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import remat
+from remat.eager.blocks import enable_transformers_checkpointing
 from remat.errors import InfeasibleBudgetError, RematFallbackWarning
 
 pytest.importorskip("torch._inductor")
@@ -212,7 +213,7 @@ def test_gpt2_gradient_checkpointing_with_dropout():
 
     torch.manual_seed(0)
     lm = gpt2_tiny(dropout=0.1)
-    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_transformers_checkpointing(lm, use_reentrant=False)
     lm.train()
     model = GPT2Loss(lm)
     ids = torch.randint(0, 256, (2, 16))

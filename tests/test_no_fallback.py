@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import remat
+from remat.eager.blocks import enable_transformers_checkpointing
 
 
 class GRUUnrolled(nn.Module):
@@ -90,7 +91,7 @@ def test_transformers_gradient_checkpointing_with_sdpa_plans():
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg)
     model.loss_type = "ForCausalLM"
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_transformers_checkpointing(model, use_reentrant=False)
     model.train()
     ids = torch.randint(0, 256, (2, 32))
     _same_gradients(model, lambda m: m(input_ids=ids, labels=ids).loss.backward())

@@ -6,7 +6,7 @@ copy of the same weights and inputs:
 
 - ``none``: plain autograd, no checkpointing: the reference of every fraction, time ratio and
   gradient;
-- ``full``: every block recomputed whole: transformers' ``gradient_checkpointing_enable``
+- ``full``: every block recomputed whole: transformers' ``activation_checkpointing_enable``
   (``use_reentrant=False``) on the transformers models, non-reentrant
   ``torch.utils.checkpoint`` on each block of the CNN (:mod:`remat.eager.baselines`);
 - ``op-sac``: torchtitan-style "op" selective checkpointing (matmuls saved but every second one,

@@ -14,7 +14,7 @@ gradients after one seeded step; then one alternating timing loop):
   (``activation_memory_budget``) at the fractions asked for;
 - ``hand-chunked``: the head and the mean cross-entropy in token chunks, each under
   ``torch.utils.checkpoint`` (:class:`ChunkedHeadLoss`, eager, as users write it);
-- ``hf checkpointing``: transformers' ``gradient_checkpointing_enable()`` (every decoder
+- ``hf checkpointing``: transformers' ``activation_checkpointing_enable()`` (every decoder
   layer under ``torch.utils.checkpoint``), eager;
 - ``remat``: ``remat.compile(model, budget=...)`` at ``"min"`` and the fractions asked for;
   the rows say whether its plans split a region (``fissions``).
@@ -38,6 +38,7 @@ from torch.nn import functional as F
 from remat.bench import budgets as B
 from remat.bench.harness import MiB, copy_inputs
 from remat.bench.measure import free_memory, step_time
+from remat.eager.blocks import enable_transformers_checkpointing
 from remat.zoo.trials import Case, make_step
 
 IGNORE = -100
@@ -139,7 +140,7 @@ def lm_entries(case: Case, budgets: list, knobs: list, chunks: int = 8) -> list[
     lm = case.model.lm
     chunked = Case(case.name, case.description, ChunkedHeadLoss(lm, chunks), case.inputs)
     ckpt_lm = copy.deepcopy(lm)
-    ckpt_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_transformers_checkpointing(ckpt_lm, use_reentrant=False)
     ckpt = Case(case.name, case.description, LMLabelsLoss(ckpt_lm).train(), case.inputs)
     out = [Entry("no-recompute", case, B.Method(B.NO_RECOMPUTE, "-", None, (("solver", "no-recompute"),))),
            Entry("eager", case, B.Method("eager", "-")),

@@ -2,7 +2,7 @@
 
 ``remat.checkpoint(model, budget=...)`` (:mod:`remat.eager.checkpoint`) and
 ``remat.policy(model, budget=...)`` (:mod:`remat.eager.policy`, a ``context_fn`` for
-``torch.utils.checkpoint`` and transformers' ``gradient_checkpointing_enable``). The stages:
+``torch.utils.checkpoint`` and transformers' ``activation_checkpointing_enable``). The stages:
 :mod:`~remat.eager.blocks` (which modules are blocks), :mod:`~remat.eager.capture` (a block's
 ATen op calls, as SAC's policy sees them), :mod:`~remat.eager.plan` (torch-free: the block's
 graph, costs, frontier and the step's choice), :mod:`~remat.eager.summary` (what the user sees).

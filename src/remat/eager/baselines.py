@@ -4,8 +4,8 @@
 
 - :func:`full_checkpoint`: every block under non-reentrant :func:`torch.utils.checkpoint.checkpoint`,
   recomputed whole in the backward (only its inputs are kept);
-  :func:`hf_full_checkpoint`: the same through transformers' ``gradient_checkpointing_enable``
-  (``use_reentrant=False``), what ``Trainer(gradient_checkpointing=True)`` does.
+  :func:`hf_full_checkpoint`: the same through transformers' ``activation_checkpointing_enable``
+  (``use_reentrant=False``), what ``Trainer(activation_checkpointing=True)`` does.
 - :func:`op_sac`: torchtitan's "op" selective checkpointing, written here from its description:
   each block under checkpointing with a fixed policy that saves the outputs of the matmuls except
   every second one, of attention (the SDPA kernels) and of ``max`` (a reduction float8 training
@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from .blocks import enable_transformers_checkpointing
 from .blocks import find_blocks as _remat_blocks
 from .offload import ALL, Offloader, offload_hooks
 
@@ -92,9 +93,10 @@ def full_checkpoint(model: nn.Module, blocks=None) -> nn.Module:
 
 
 def hf_full_checkpoint(model: nn.Module) -> nn.Module:
-    """transformers' own full checkpointing (``gradient_checkpointing_enable`` with
-    ``use_reentrant=False``); returns ``model``."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    """transformers' own full checkpointing (``activation_checkpointing_enable``, or
+    ``gradient_checkpointing_enable`` before transformers 5, with ``use_reentrant=False``);
+    returns ``model``."""
+    enable_transformers_checkpointing(model, use_reentrant=False)
     return model
 
 

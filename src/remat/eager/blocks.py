@@ -9,6 +9,7 @@ names (``"model.layers.0"``), or a predicate ``f(name, module) -> bool``.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from typing import Callable
 
@@ -69,3 +70,19 @@ def find_blocks(model: nn.Module, blocks=None) -> list[tuple[str, nn.Module]]:
         return _outermost([(n, m) for n, m in named if n and pred(n, m)])
     raise OptionError(f"blocks={blocks!r} is not understood: give a module class, a list of module names, "
                       "or a predicate f(name, module) -> bool")
+
+
+def enable_transformers_checkpointing(model: nn.Module, **kwargs) -> None:
+    """transformers' own checkpointing of every layer of ``model``, with ``kwargs`` for
+    ``torch.utils.checkpoint`` (``use_reentrant``, ``context_fn``): by its transformers 5 name,
+    ``model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)``, or on an
+    older transformers, where only that exists, ``gradient_checkpointing_enable`` (5.x keeps the
+    old name as a deprecated alias, with a FutureWarning remat's users should not see)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is None:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        return
+    with warnings.catch_warnings():
+        # a model that overrides the old name is still entered through it, which warns
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+        enable(activation_checkpointing_kwargs=kwargs)

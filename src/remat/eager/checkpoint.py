@@ -5,7 +5,7 @@ Applied in place, like FSDP2's ``fully_shard``; returns the model. Each block (s
 policy remat plans (:mod:`remat.eager.policy`); blocks whose plan saves everything, and blocks
 remat cannot capture, run unwrapped. On a transformers model that supports gradient
 checkpointing the same policy goes through transformers' own route,
-``model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False,
+``model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False,
 "context_fn": ...})``; on any other model remat replaces each block's ``forward`` (an
 instance attribute) by one that checkpoints it.
 """
@@ -19,6 +19,7 @@ import torch
 from torch.utils.checkpoint import checkpoint as _torch_checkpoint
 
 from ..errors import OptionError
+from .blocks import enable_transformers_checkpointing
 from .policy import Planner, RematPolicy, _raw_forward
 
 
@@ -43,7 +44,7 @@ def checkpoint(model: torch.nn.Module, budget=None, blocks=None, *, strict: bool
       :func:`remat.eager.offload.wrap_sac_contexts`; a block left unwrapped keeps what autograd
       saves on the device. The plan's ``decisions`` (:func:`remat.eager.plan.decisions`) map each
       op call ``(op name, call index)`` to ``"save"``, ``"recompute"`` or ``"offload"``.
-    - ``route``: ``"auto"`` (transformers' ``gradient_checkpointing_enable`` on models with
+    - ``route``: ``"auto"`` (transformers' ``activation_checkpointing_enable`` on models with
       ``supports_gradient_checkpointing``, else remat's own wrapper), ``"transformers"`` or ``"wrap"``.
 
     Plans are made at the first training call of each (block class, input signature) and cached;
@@ -67,13 +68,7 @@ def checkpoint(model: torch.nn.Module, budget=None, blocks=None, *, strict: bool
         planner.hf_route = True
         fn = RematPolicy(planner)
         kwargs = {"use_reentrant": False, "context_fn": fn}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # the deprecated alias, where it is one
-            enable = getattr(model, "activation_checkpointing_enable", None)
-            if enable is not None:
-                enable(activation_checkpointing_kwargs=kwargs)
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        enable_transformers_checkpointing(model, **kwargs)
     else:
         for name, m in planner.blocks:
             m.forward = functools.partial(_checkpointed_forward, planner, name, m, _raw_forward(m))

@@ -642,7 +642,7 @@ def wrap_sac_contexts(contexts, decisions=ALL, *, offloader: Offloader | None = 
 
 def offload_context_fn(policy_fn, decisions=ALL, *, offloader: Offloader | None = None):
     """A ``context_fn`` for :func:`torch.utils.checkpoint.checkpoint` (or transformers'
-    ``gradient_checkpointing_kwargs``): :func:`selective_offload_contexts` with these
+    ``activation_checkpointing_kwargs``): :func:`selective_offload_contexts` with these
     arguments."""
     off = offloader or Offloader()
     return functools.partial(selective_offload_contexts, policy_fn, decisions, offloader=off)

@@ -483,7 +483,7 @@ class RematPolicy:
 def policy(model_or_block: torch.nn.Module, *example_inputs, budget=None, blocks=None, strict: bool = False,
            profile=None, **example_kwargs) -> RematPolicy:
     """A planned ``context_fn`` for ``torch.utils.checkpoint(..., use_reentrant=False, context_fn=fn)``
-    and transformers' ``model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=
+    and transformers' ``model.activation_checkpointing_enable(activation_checkpointing_kwargs=
     {"use_reentrant": False, "context_fn": fn})``.
 
     Given a model, it hooks the model's blocks (:func:`remat.eager.blocks.find_blocks`) to know
