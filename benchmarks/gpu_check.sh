@@ -21,18 +21,25 @@ OUT="$1"; shift
 mkdir -p "$OUT"
 cd "$ROOT"
 if ! "$PY" -c "import remat" 2>/dev/null; then
-  # a GPU machine has no network: remat's own dependencies (ortools, highspy, rich, ...) come
-  # from a wheel folder carried beside the tree, made here with
+  # remat is not installed for $PY: the check never changes that environment. remat runs from
+  # the tree (PYTHONPATH); where its own dependencies (ortools, highspy, rich) are missing too,
+  # they go into a venv under OUT that sees $PY's packages (torch), from a wheel folder carried
+  # beside the tree (a GPU machine has no network), made here with
   #   pip download ortools "highspy==1.12.0" rich -d .wheels --python-version 3.X --only-binary :all:
   # and named by REMAT_WHEELS (the device tool's carry list takes .wheels)
-  if [ -n "${REMAT_WHEELS:-}" ] && [ -d "$REMAT_WHEELS" ]; then
-    "$PY" -m pip install -q --no-index --find-links "$REMAT_WHEELS" ortools "highspy>=1.12,<1.13" rich || true
+  if ! "$PY" -c "import ortools, highspy, rich" 2>/dev/null; then
+    if [ -n "${REMAT_WHEELS:-}" ] && [ -d "$REMAT_WHEELS" ]; then
+      echo "remat's dependencies are missing for $PY: installing them from $REMAT_WHEELS into $OUT/.venv" >&2
+      "$PY" -m venv --system-site-packages "$OUT/.venv"
+      PY="$OUT/.venv/bin/python"
+      "$PY" -m pip install -q --no-index --find-links "$REMAT_WHEELS" ortools "highspy>=1.12,<1.13" rich
+    else
+      echo "remat's dependencies (ortools, highspy, rich) do not import for $PY: install remat there" \
+           "(pip install -e .), or set REMAT_WHEELS to a folder of their wheels" >&2
+      exit 2
+    fi
   fi
-  echo "remat does not import: pip install -e . --no-deps --no-build-isolation" >&2
-  "$PY" -m pip install -e . --no-deps --no-build-isolation -q || true
-fi
-if ! "$PY" -c "import remat" 2>/dev/null; then
-  export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"  # the install failed: run from the tree
+  export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
 # compiled-graph caches off (a hit skips the partitioner, so nothing is planned); the
 # kernel cache stays, shared by the variants' processes
