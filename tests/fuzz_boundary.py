@@ -10,9 +10,9 @@ options). Each document goes through :func:`remat.graph.io.load_graph` and, when
 (:class:`remat.RematError` and its subclasses), and nothing hangs (every solve has a time
 limit of at most a second, and the test a deadline).
 
-``tests/test_boundary_fuzz.py`` runs it with a bounded number of examples in the suite;
-``python benchmarks/fuzz_boundary.py --examples N`` runs it longer and reports what it tried.
-No torch: the graph layer, the budgets and the solvers are torch-free.
+``tests/test_boundary_fuzz.py`` runs it with a bounded number of examples in the suite, and
+long with ``REMAT_FUZZ_EXAMPLES=N``, reporting what it tried. The graph properties need no
+torch (the graph layer, the budgets and the solvers are torch-free); the compile one imports it.
 """
 
 from __future__ import annotations
@@ -168,15 +168,25 @@ def check_document(text: bytes, solver, budget, time_limit, options, tally: Tall
         os.unlink(path)
 
 
-def check_compile_options(kwargs: dict) -> None:
+def check_compile_options(kwargs: dict, tally: Tally | None = None) -> None:
     """``remat.compile``'s options as a user may pass them: checked when ``remat.compile`` is
     called (no model runs, nothing compiles), and anything wrong is a :class:`remat.RematError`."""
     import remat
 
+    tally = tally if tally is not None else Tally()
+    tally.documents += 1
+    t0 = time.perf_counter()
     try:
         remat.compile(_identity, **kwargs)
-    except RematError:
-        pass
+        tally.planned += 1  # accepted
+    except RematError as e:
+        tally.errors[f"compile: {type(e).__name__}"] += 1
+    except Exception as e:  # noqa: BLE001 - the finding
+        what = f"remat.compile raised {type(e).__name__}: {str(e)[:200]} ({kwargs!r:.300})"
+        tally.findings.append(what)
+        raise AssertionError(what) from e
+    finally:
+        tally.slowest = max(tally.slowest, time.perf_counter() - t0)
 
 
 def _identity(x):
