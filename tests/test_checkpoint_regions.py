@@ -154,19 +154,38 @@ def test_seeded_dropout_in_region_never_redrawn(solver):
         assert not saved_random
 
 
-@pytest.mark.parametrize("solver", ("checkmate", "chen-greedy"))
-def test_budgeted_solvers_keep_random_values(solver):
+class DropoutMLP(nn.Module):
+    """Two linears with dropout between them, in a checkpoint region: a graph small enough for
+    Checkmate's MILP to prove its optimum (the attention block's 162 nodes took it 60 s to its
+    time limit, and 76 s for 20 branch-and-bound nodes)."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def inner(self, x):
+        return self.down(F.dropout(F.gelu(self.up(x)), 0.25, training=self.training))
+
+    def forward(self, x):
+        return x + checkpoint(self.inner, x, use_reentrant=False)
+
+
+@pytest.mark.parametrize("solver, make", [("checkmate", DropoutMLP), ("chen-greedy", lambda: Block(dropout=0.25))])
+def test_budgeted_solvers_keep_random_values(solver, make):
     torch.manual_seed(0)
-    model = Block(dropout=0.25)
+    model = make()
     x = torch.randn(2, 8, 32)
     with torch._inductor.config.patch(fallback_random=True):
         want = _step(model, model, x)
         try:
-            got, (graph, plan) = _run(model, x, solver=solver, budget=0.95)
+            got, (graph, plan) = _run(model, x, solver=solver, budget=0.95, time_limit=None)
         except InfeasibleBudgetError as e:  # budget semantics may move; a fallback may not
             pytest.skip(f"budget 0.95 infeasible here: {e}")
     _assert_same(got, want)
+    assert any(n.category == "random" for n in graph.nodes)
     _random_computed_once(graph, plan)
+    if solver == "checkmate":
+        assert plan.solver == "checkmate" and plan.status == "optimal"  # proved, not stopped by the clock
 
 
 def test_random_container_items_can_be_saved():
