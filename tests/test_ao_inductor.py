@@ -40,10 +40,12 @@ def _assert_eager_gradients(out: dict) -> None:
 
 
 @pytest.mark.inductor
-@pytest.mark.parametrize("case,budget", [("mlp", "min"), ("cnn-batchnorm", "0.8"), ("unet", "0.8")])
+@pytest.mark.parametrize("case,budget", [("mlp", "min"), ("cnn-batchnorm", "0.8")])
 def test_real_ao_ops_under_inductor_give_eager_gradients(case, budget):
     """remat.compile with the swap solver, lowered to PyTorch's ``ao`` ops and compiled by
-    inductor: no crash, gradients equal eager, every transfer waited for, nothing fell back."""
+    inductor: no crash, gradients equal eager, every transfer waited for, nothing fell back.
+    (The U-Net case, which crashed the same way, is the GPU check's offload micro-test on a GPU
+    and in its CPU dry run, ``bash benchmarks/gpu_check.sh OUT --cpu``: 31 s of inductor here.)"""
     out = _worker(case, budget, "inductor", "--strict")
     _assert_eager_gradients(out)
     assert out["pending"] == 0, "an ao.offload or ao.reload was never waited for"

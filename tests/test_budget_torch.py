@@ -26,7 +26,9 @@ def _cases():
     return {
         # (model, inputs, solver, where in [smallest feasible, no-recompute peak] to put the budget)
         "mlp": (MLP(d_in=256, hidden=512), (torch.randn(512, 256),), "checkmate", 0.3),
-        "cnn": (ConvBN(), (torch.randn(16, 3, 32, 32),), "checkmate", 0.5),
+        # Checkmate's MILP on the CNN's 223 nodes ran to its 20 s limit (a 71% gap): its plan
+        # was the clock's; a staged baseline that stops on work plans the CNN here
+        "cnn": (ConvBN(), (torch.randn(16, 3, 32, 32),), "chen-greedy", 0.5),
         "gpt2": (GPT2Loss(gpt2_tiny()), (torch.randint(0, 256, (4, 64)),), "chen-greedy-linearized", 0.3),
     }
 

@@ -52,7 +52,8 @@ def test_the_stages_shares_are_fractions_of_one_scale_within_the_time_limit(monk
     from remat.solvers.portfolio import STAGED_SHARE
     from remat.solvers.registry import DEFAULT_TIME_LIMIT
 
-    assert deadline.SCALE == DEFAULT_TIME_LIMIT
+    assert deadline.DEFAULT_SCALE == DEFAULT_TIME_LIMIT
+    monkeypatch.setattr(deadline, "SCALE", deadline.DEFAULT_SCALE)  # the suite runs with a far one
     shares = (STAGED_SHARE, DESCENT_SHARE, AUTO_SEARCH_SHARE, SEARCH_SHARE, REORDER_SHARE)
     for limit in (None, DEFAULT_TIME_LIMIT, 600.0):
         got = [Deadline(limit).share(f).limit for f in shares]
@@ -60,6 +61,9 @@ def test_the_stages_shares_are_fractions_of_one_scale_within_the_time_limit(monk
     assert all(Deadline(2.0).share(f).limit <= 2.0 for f in shares)
     monkeypatch.setattr(deadline, "SCALE", 6.0)
     assert [Deadline(None).share(f).limit for f in shares] == pytest.approx([0.6, 0.3, 1.0, 1.5, 0.5])
+    for raw, scale in [("3600", 3600.0), ("", 60.0), ("-5", 60.0), ("soon", 60.0)]:
+        monkeypatch.setenv("REMAT_SAFETY_SCALE", raw)
+        assert deadline._scale() == scale, raw
 
 
 def test_min_with_a_small_time_limit_returns_within_a_bound_of_it():
