@@ -242,18 +242,49 @@ def _check_supported(node: fx.Node) -> None:
 
 
 def _opaque(gm: fx.GraphModule, node: fx.Node) -> int:
-    """The transient bytes an op remat cannot look into may take while it runs, bounded from
-    above: for a higher-order op, the largest of its subgraphs' intermediate values taken
-    together (as if all were alive at once); 0 for an op without subgraphs."""
+    """The transient bytes an op remat cannot look into takes while it runs: for a higher-order
+    op, the largest of its subgraphs' (:func:`_subgraph_transient`); 0 for an op without
+    subgraphs."""
     worst = 0
     for arg in node.all_input_nodes:
         if arg.op != "get_attr":
             continue
         sub = getattr(gm, str(arg.target), None)
         if isinstance(sub, fx.GraphModule):
-            worst = max(worst, sum(_value_info(n.meta.get("val"))[0] for n in sub.graph.nodes
-                                   if n.op == "call_function"))
+            worst = max(worst, _subgraph_transient(sub))
     return int(worst)
+
+
+def _subgraph_transient(sub: fx.GraphModule, depth: int = 0) -> int:
+    """What a subgraph holds while it runs op by op, beyond its operands and what it returns:
+    the peak of its live intermediate values (each freed after its last reader; views hold
+    nothing of their own; a nested higher-order op adds its own transient), less its outputs,
+    which the op's node counts."""
+    nodes = list(sub.graph.nodes)
+    last: dict[fx.Node, int] = {}
+    for i, n in enumerate(nodes):
+        for a in n.all_input_nodes:
+            last[a] = i
+    outputs = {a for n in nodes if n.op == "output" for a in n.all_input_nodes}
+    live = peak = 0
+    held: dict[fx.Node, int] = {}
+    for i, n in enumerate(nodes):
+        if n.op != "call_function":
+            continue
+        own = 0 if getattr(n.target, "is_view", False) or n.target is operator.getitem \
+            else _value_info(n.meta.get("val"))[0]
+        inner = 0
+        if depth < 8 and isinstance(n.target, torch._ops.HigherOrderOperator):
+            inner = max([_subgraph_transient(getattr(sub, str(a.target)), depth + 1) for a in n.all_input_nodes
+                         if a.op == "get_attr" and isinstance(getattr(sub, str(a.target), None), fx.GraphModule)]
+                        or [0])
+        live += own
+        held[n] = own
+        peak = max(peak, live + inner)
+        for a in n.all_input_nodes:
+            if last.get(a) == i and a in held and a not in outputs:
+                live -= held.pop(a)
+    return max(0, peak - sum(held.get(o, 0) for o in outputs))
 
 
 def _is_symbolic(x) -> bool:

@@ -7,10 +7,10 @@ budget the user asked for is never dropped on the way:
 
 - **bytes** are a guarantee. The graph is captured again with the ops remat cannot plan as
   opaque nodes (:func:`remat.capture.to_graph.graph_from_joint` with ``opaque=True``: their
-  transient memory bounded from above), and PyTorch's partition is judged there by the
-  simulator, at PyTorch's ``activation_memory_budget`` as the user set it, then lower on
-  :data:`KNOB_LADDER` until the predicted peak fits the graph's share of the budget (with the
-  headroom ``remat.compile`` keeps); a knob that would recompute a random op (PyTorch draws it
+  transient memory is their subgraphs' peak of live values, run op by op), and PyTorch's
+  partition is judged there by the simulator, at PyTorch's ``activation_memory_budget`` as the
+  user set it, then lower on :data:`KNOB_LADDER` until the predicted peak fits the graph's share
+  of the budget less :data:`FALLBACK_HEADROOM`; a knob that would recompute a random op (PyTorch draws it
   afresh) is skipped. If none fits, or the graph cannot be judged at all, the step is refused
   with :class:`~remat.errors.InfeasibleBudgetError` naming the fallback's reason;
 - **a fraction** (or ``"min"``) is a target: the graph runs as plain ``torch.compile`` runs it,
@@ -32,8 +32,14 @@ from torch._functorch import config as functorch_config
 from ..capture import joint as tc
 from ..cost.model import constant_bytes, default_cost_model
 from ..errors import InfeasibleBudgetError, RematFallbackWarning
-from ..plans.budget import TORCH_HEADROOM, format_bytes
+from ..plans.budget import format_bytes
 from ..plans.plan import Plan
+
+FALLBACK_HEADROOM = 0.05
+"""The share of a graph's byte budget a fallback keeps free (remat's own plans keep
+:data:`~remat.plans.budget.TORCH_HEADROOM`, 1%): PyTorch's partition is judged, not planned,
+its opaque ops' transients are estimated, and inductor orders it its own way
+(``benchmarks/fallback_trial.py``: predicted 2.7% under its measured peak at one knob)."""
 
 KNOB_LADDER = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)
 """The values of PyTorch's ``activation_memory_budget`` a byte budget's fallback tries, from
@@ -87,7 +93,7 @@ def _judged(graph, bw, limit: int | None) -> Plan:
 
 def _within_bytes(part, graph, share, backup, joint_inputs, kwargs, reason):
     """PyTorch's partition at the largest ``activation_memory_budget`` (from the user's own,
-    down :data:`KNOB_LADDER`) predicted to fit ``share`` bytes with the headroom, without
+    down :data:`KNOB_LADDER`) predicted to fit ``share`` bytes less :data:`FALLBACK_HEADROOM`, without
     recomputing a random op; :class:`InfeasibleBudgetError` where none does or ``graph`` is
     None. Returns ``(fw, bw, plan, what the warning says)``."""
     text = part.options.budget.text
@@ -98,7 +104,7 @@ def _within_bytes(part, graph, share, backup, joint_inputs, kwargs, reason):
             f"cannot hold the byte budget {text!r}: PyTorch's partitioner would run the graph unchecked. "
             "Pass budget=None (PyTorch's partitioner runs the graph, remat plans the others) or a fraction "
             "(a target), or rewrite the region remat cannot plan")
-    limit = int(max(0, share) * (1.0 - TORCH_HEADROOM))
+    limit = int(max(0, share) * (1.0 - FALLBACK_HEADROOM))
     user = float(functorch_config.activation_memory_budget)
     ladder = [user] + [k for k in KNOB_LADDER if k < user]
     random = {n.name for n in graph.nodes if n.category == "random"}
@@ -123,9 +129,9 @@ def _within_bytes(part, graph, share, backup, joint_inputs, kwargs, reason):
     floor = "" if least is None else (
         f" At its least, PyTorch's partition (activation_memory_budget={least[1]:g}) is predicted to peak at "
         f"{format_bytes(least[0])}.")
-    smallest = None if least is None else int(least[0] / (1.0 - TORCH_HEADROOM)) + 1
+    smallest = None if least is None else int(least[0] / (1.0 - FALLBACK_HEADROOM)) + 1
     raise InfeasibleBudgetError(
         f"remat could not plan graph {name!r} ({reason}), and PyTorch's partitioner, which would run it "
         f"instead, does not fit its share of the budget {text!r} ({format_bytes(limit)} after the "
-        f"{TORCH_HEADROOM:.0%} headroom).{floor} Raise the budget, pass a fraction (a target) or "
+        f"{FALLBACK_HEADROOM:.0%} a fallback keeps free).{floor} Raise the budget, pass a fraction (a target) or "
         "budget=None, or rewrite the region remat cannot plan", smallest_feasible=smallest)
