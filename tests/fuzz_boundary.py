@@ -18,6 +18,7 @@ torch (the graph layer, the budgets and the solvers are torch-free); the compile
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 import os
@@ -136,35 +137,49 @@ class Tally:
     slowest: float = 0.0
 
 
+@contextlib.contextmanager
+def _judged(tally: Tally, stage: list, about: str):
+    """Counts what the body raises into ``tally``: a :class:`remat.RematError` by class (the
+    documented answer), anything else as a finding, raised again as an AssertionError naming it
+    with ``about``. ``stage[0]`` names the call the body is in."""
+    t0 = time.perf_counter()
+    tally.documents += 1
+    try:
+        yield
+    except RematError as e:
+        tally.errors[f"{stage[0]}: {type(e).__name__}"] += 1
+    except Exception as e:  # noqa: BLE001 - the finding
+        what = f"{stage[0]} raised {type(e).__name__}: {str(e)[:200]} ({about:.600})"
+        tally.findings.append(what)
+        raise AssertionError(what) from e
+    finally:
+        tally.slowest = max(tally.slowest, time.perf_counter() - t0)
+
+
+def _solve(graph, solver, budget, time_limit, options, tally: Tally) -> None:
+    import remat
+
+    kwargs = options if isinstance(options, dict) else {"solver_options": options}
+    remat.solve(graph, solver, budget=budget, time_limit=time_limit, **kwargs)
+    tally.planned += 1
+
+
 def check_document(text: bytes, solver, budget, time_limit, options, tally: Tally | None = None) -> None:
     """The property for one file and one set of options: load it, plan it; anything raised
     must be a :class:`remat.RematError`. Raises AssertionError naming what escaped."""
-    import remat
-
     tally = tally if tally is not None else Tally()
-    tally.documents += 1
+    about = f"solver={solver!r}, budget={budget!r}, time_limit={time_limit!r}, options={options!r}"
     fd, path = tempfile.mkstemp(suffix=".json")
-    t0 = time.perf_counter()
+    with os.fdopen(fd, "wb") as f:
+        f.write(text)
+    stage = ["load_graph"]
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text)
-        stage = "load_graph"
-        try:
+        with _judged(tally, stage, about):
             g = load_graph(path)
             tally.loaded += 1
-            stage = "solve"
-            kwargs = options if isinstance(options, dict) else {"solver_options": options}
-            remat.solve(g, solver, budget=budget, time_limit=time_limit, **kwargs)
-            tally.planned += 1
-        except RematError as e:
-            tally.errors[f"{stage}: {type(e).__name__}"] += 1
-        except Exception as e:  # noqa: BLE001 - the finding
-            what = f"{stage} raised {type(e).__name__}: {str(e)[:200]} (solver={solver!r}, budget={budget!r}, " \
-                   f"time_limit={time_limit!r}, options={options!r})"
-            tally.findings.append(what)
-            raise AssertionError(what) from e
+            stage[0] = "solve"
+            _solve(g, solver, budget, time_limit, options, tally)
     finally:
-        tally.slowest = max(tally.slowest, time.perf_counter() - t0)
         os.unlink(path)
 
 
@@ -174,19 +189,9 @@ def check_compile_options(kwargs: dict, tally: Tally | None = None) -> None:
     import remat
 
     tally = tally if tally is not None else Tally()
-    tally.documents += 1
-    t0 = time.perf_counter()
-    try:
+    with _judged(tally, ["compile"], repr(kwargs)):
         remat.compile(_identity, **kwargs)
         tally.planned += 1  # accepted
-    except RematError as e:
-        tally.errors[f"compile: {type(e).__name__}"] += 1
-    except Exception as e:  # noqa: BLE001 - the finding
-        what = f"remat.compile raised {type(e).__name__}: {str(e)[:200]} ({kwargs!r:.300})"
-        tally.findings.append(what)
-        raise AssertionError(what) from e
-    finally:
-        tally.slowest = max(tally.slowest, time.perf_counter() - t0)
 
 
 def _identity(x):
@@ -224,22 +229,10 @@ def extreme_graphs(draw):
 def check_solve(graph, solver, budget, time_limit, options, tally: Tally | None = None) -> None:
     """The property for a graph that loads: :func:`remat.solve` raises nothing but remat's
     errors, whatever the solver, budget, time limit and options."""
-    import remat
-
     tally = tally if tally is not None else Tally()
-    tally.documents += 1
-    tally.loaded += 1
-    t0 = time.perf_counter()
-    try:
-        kwargs = options if isinstance(options, dict) else {"solver_options": options}
-        remat.solve(graph, solver, budget=budget, time_limit=time_limit, **kwargs)
-        tally.planned += 1
-    except RematError as e:
-        tally.errors[f"solve: {type(e).__name__}"] += 1
-    except Exception as e:  # noqa: BLE001 - the finding
-        what = (f"solve raised {type(e).__name__}: {str(e)[:200]} (solver={solver!r}, budget={budget!r}, "
-                f"time_limit={time_limit!r}, options={options!r}, graph={[vars(n) for n in graph.nodes]!r:.600})")
-        tally.findings.append(what)
-        raise AssertionError(what) from e
-    finally:
-        tally.slowest = max(tally.slowest, time.perf_counter() - t0)
+    about = (f"solver={solver!r}, budget={budget!r}, time_limit={time_limit!r}, options={options!r}, "
+             f"graph={[vars(n) for n in graph.nodes]!r}")
+    with _judged(tally, ["solve"], about):
+        tally.loaded += 1
+        _solve(graph, solver, budget, time_limit, options, tally)
+

@@ -27,48 +27,36 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _number(text: str, kind, ok, must: str):
+    """``kind(text)`` if it parses and ``ok`` holds for it, else argparse's error: ``must`` says
+    what it must be."""
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text} must be {must}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """A whole number >= 1 (a count of steps, repeats, elements, threads, points)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
+    return _number(text, int, lambda v: v >= 1, "at least 1")
 
 
 def seconds(text: str) -> float:
     """Seconds >= 0 (``inf``: no limit)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if math.isnan(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds >= 0")
-    return value
+    return _number(text, float, lambda v: not math.isnan(v) and v >= 0, "a number of seconds >= 0")
 
 
 def positive_number(text: str) -> float:
     """A finite number > 0 (a bandwidth)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
-    return value
+    return _number(text, float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
 def share(text: str) -> float:
     """A share of extra step time (``--max-overhead 0.10``): finite, >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text} must be a share of the step time >= 0, such as 0.10")
-    return value
+    return _number(text, float, lambda v: math.isfinite(v) and v >= 0, "a share of the step time >= 0, such as 0.10")
 
 
 def budget(text: str):
