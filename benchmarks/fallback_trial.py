@@ -141,5 +141,9 @@ def run(args):
     return rows
 
 
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__)
+
+
 if __name__ == "__main__":
-    raise SystemExit(harness.main(__file__, run, arguments, doc=__doc__))
+    raise SystemExit(main())
