@@ -146,3 +146,11 @@ def test_the_solver_s_options_and_headroom_are_remat_errors():
         remat.solve(cos_cos_graph(), "auto", budget="1MiB", headroom=-1e300)
     with pytest.raises(OptionError, match="a remat Graph"):
         remat.solve({"nodes": []})
+
+
+def test_a_path_that_is_not_a_regular_file_is_refused(tmp_path):
+    """A device or a folder is refused before it is read (``/dev/zero`` reported a size of 0
+    and would have been read forever)."""
+    for path in ("/dev/zero", str(tmp_path)):
+        with pytest.raises(GraphError, match="not a regular file"):
+            load_graph(path)

@@ -165,14 +165,15 @@ def _read_capped(p: Path) -> bytes:
     too_big = (f"{p}: the graph is larger than {cap} bytes{{}}; set ${MAX_FILE_ENV} to a larger number "
                "of bytes if it really is that large")
     try:
-        if p.suffix != ".gz":
-            if p.stat().st_size > cap:
-                raise GraphError(too_big.format(""))
-            return p.read_bytes()
-        with gzip.open(p, "rb") as f:
-            data = f.read(cap + 1)
+        if not p.is_file():
+            raise GraphError(f"{p}: not a regular file; a graph is a JSON file (or one gzipped, .gz)")
+        gz = p.suffix == ".gz"
+        if not gz and p.stat().st_size > cap:
+            raise GraphError(too_big.format(""))
+        with (gzip.open(p, "rb") if gz else open(p, "rb")) as f:
+            data = f.read(cap + 1)  # never more than the cap, whatever the file says of itself
         if len(data) > cap:
-            raise GraphError(too_big.format(" once decompressed"))
+            raise GraphError(too_big.format(" once decompressed" if gz else ""))
         return data
     except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         raise GraphError(f"{p}: cannot read graph file ({getattr(e, 'strerror', None) or e})") from None

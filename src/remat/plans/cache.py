@@ -263,9 +263,14 @@ def read_json_file(path: Path) -> tuple[Any, str | None]:
     reason (unreadable, larger than :data:`MAX_FILE_BYTES`, not UTF-8, not JSON, nested too
     deeply): a cache file never raises, it is only ignored and replaced."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
+        if not path.exists():
+            return None, None
+        if not path.is_file():
+            return None, "it is not a regular file"
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
             return None, f"it is larger than {MAX_FILE_BYTES} bytes"
-        raw = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         return None, None
     except OSError as e:
