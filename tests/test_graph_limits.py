@@ -1,6 +1,7 @@
 """Bad input is a remat error at the boundary (remat.graph.limits, remat.graph.io, budgets and
 options): each case below crashed, hung or planned nonsense before (OverflowError,
-RecursionError, an unbounded gzip, an empty graph planned with a peak of 0). No torch."""
+RecursionError, an unbounded gzip, an empty graph planned with a peak of 0). Torch only for the
+options of remat.compile and remat.checkpoint."""
 
 from __future__ import annotations
 
@@ -154,3 +155,19 @@ def test_a_path_that_is_not_a_regular_file_is_refused(tmp_path):
     for path in ("/dev/zero", str(tmp_path)):
         with pytest.raises(GraphError, match="not a regular file"):
             load_graph(path)
+
+
+def test_remat_checkpoint_s_options_are_checked_at_the_call():
+    """remat.checkpoint took offload='yes', strict=2 and profile=5 without a word."""
+    import torch
+
+    def model():
+        return torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)]))
+
+    for kwargs, match in [({"offload": "yes"}, "offload must be True"), ({"strict": 2}, "strict must be True"),
+                          ({"profile": 5}, "profile must be a remat.cost.model.DeviceProfile"),
+                          ({"budget": 10**400}, "more bytes than any device holds")]:
+        with pytest.raises((OptionError, BudgetError), match=match):
+            remat.checkpoint(model(), **kwargs)
+    with pytest.raises(OptionError, match="torch.nn.Module"):
+        remat.checkpoint(lambda x: x)

@@ -24,7 +24,7 @@ from .policy import Planner, RematPolicy, _raw_forward
 
 
 def checkpoint(model: torch.nn.Module, budget=None, blocks=None, *, strict: bool = False,
-               offload: bool | str = False, profile=None, route: str = "auto") -> torch.nn.Module:
+               offload: bool = False, profile=None, route: str = "auto") -> torch.nn.Module:
     """Plan and apply selective activation checkpointing to ``model``'s blocks; returns ``model``.
 
     - ``budget``: for the whole training step. A fraction ``f`` (``0.5``, ``"50%"``) is ``f`` times

@@ -26,6 +26,7 @@ import torch
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from ..errors import InfeasibleBudgetError, OptionError, RematBudgetWarning, RematFallbackWarning, RematOffloadWarning
+from ..cost.model import DeviceProfile
 from ..plans.budget import Budget, format_bytes
 from .blocks import find_blocks
 from .capture import _autocast_state, capture_block, storage_bytes, storage_key
@@ -105,11 +106,20 @@ class Planner:
     """The blocks of one model, their plans (cached by call signature) and the step's choice."""
 
     def __init__(self, model: torch.nn.Module, *, budget=None, blocks=None, strict: bool = False,
-                 profile=None, offload: bool | str = False, single: bool = False,
+                 profile=None, offload: bool = False, single: bool = False,
                  sac_overhead_s: float | None = None) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise OptionError(f"remat plans the blocks of a torch.nn.Module, not {type(model).__name__}")
+        if not isinstance(strict, bool):
+            raise OptionError(f"strict must be True or False, not {strict!r}")
+        if not isinstance(offload, bool):
+            raise OptionError(f"offload must be True (offload where it pays) or False, not {offload!r}")
+        if profile is not None and not isinstance(profile, DeviceProfile):
+            raise OptionError(f"profile must be a remat.cost.model.DeviceProfile (None: measured on the "
+                              f"device), not {profile!r}")
         self.model = model
         self.budget = None if budget is None else Budget.parse(budget)
-        self.strict = bool(strict)
+        self.strict = strict
         self.profile = profile
         self.offload = offload
         self.single = bool(single)
