@@ -53,7 +53,7 @@ BUDGETS = st.one_of(
     st.booleans(), st.lists(st.integers(), max_size=2),
 )
 
-TIME_LIMITS = st.one_of(st.none(), st.floats(0, 1.0), st.sampled_from([-1.0, math.nan, math.inf, "1", True]))
+TIME_LIMITS = st.one_of(st.none(), st.floats(0, 1.0), st.sampled_from([-1.0, math.nan, math.inf, "1", True, 10**400]))
 
 OPTION_VALUES = st.one_of(st.integers(-5, 5), st.floats(allow_nan=True), st.booleans(), st.none(),
                           st.text(max_size=4), st.sampled_from([1e300, -1e300, 2**70]))

@@ -28,7 +28,7 @@ LONG = int(os.environ.get("REMAT_FUZZ_EXAMPLES", "0") or 0)
 
 FUZZ = dict(deadline=datetime.timedelta(seconds=30), database=None,  # a hang fails, a slow CI does not
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-LIMITS = st.one_of(st.floats(0, 0.3), st.sampled_from([0.0, -1.0, float("nan"), "1", True]))
+LIMITS = st.one_of(st.floats(0, 0.3), st.sampled_from([0.0, -1.0, float("nan"), "1", True, -10**400]))
 """Time limits: at most 0.3 s per solve, and the wrong kinds."""
 
 TALLIES = {name: fb.Tally() for name in ("graph files", "graphs at the bounds", "compile options")}

@@ -142,6 +142,12 @@ def test_options_are_checked_when_compile_is_called(kwargs, match):
         remat.compile(lambda x: x.cos(), compiler="eager", **kwargs)
 
 
+def test_a_huge_time_limit_is_no_limit_and_a_negative_one_an_error():
+    assert remat.solve(cos_cos_graph(), time_limit=10**400).feasible  # before: OverflowError
+    with pytest.raises(OptionError, match="time_limit -1000000000000"):
+        remat.solve(cos_cos_graph(), time_limit=-10**400)
+
+
 def test_the_solver_s_options_and_headroom_are_remat_errors():
     with pytest.raises(OptionError, match="headroom"):
         remat.solve(cos_cos_graph(), "auto", budget="1MiB", headroom=-1e300)

@@ -134,10 +134,10 @@ def check_time_limit(time_limit: float | None) -> float | None:
     if time_limit is None:
         return None
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) \
-            or math.isnan(time_limit) or time_limit < 0:
-        raise OptionError(f"time_limit {time_limit!r} must be a number of seconds >= 0 (or None: "
+            or time_limit != time_limit or time_limit < 0:  # NaN is not equal to itself
+        raise OptionError(f"time_limit {str(time_limit)[:40]} must be a number of seconds >= 0 (or None: "
                           "no limit)")
-    return float(time_limit)
+    return math.inf if time_limit > 1e300 else float(time_limit)  # an int past float's range: no limit
 
 
 def request(solver: str = "auto", *, budget: Budget | str | float | None = None,
