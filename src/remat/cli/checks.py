@@ -44,6 +44,11 @@ def positive_int(text: str) -> int:
     return _number(text, int, lambda v: v >= 1, "at least 1")
 
 
+def elements(text: str) -> int:
+    """Elements per input tensor of the demo: 1 to 2**30 (4 GiB of float32 each)."""
+    return _number(text, int, lambda v: 1 <= v <= 1 << 30, "from 1 to 1073741824 (2**30)")
+
+
 def seconds(text: str) -> float:
     """Seconds >= 0 (``inf``: no limit)."""
     return _number(text, float, lambda v: not math.isnan(v) and v >= 0, "a number of seconds >= 0")

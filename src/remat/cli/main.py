@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the seeds' examples: eager vs PyTorch's partitioner vs no-recompute vs remat")
     d.add_argument("examples", nargs="*", help="subset of: cos-cos dropout-mask tanh-tanh gelu-erf")
-    d.add_argument("--numel", type=checks.positive_int, default=1 << 20, help="elements per input tensor")
+    d.add_argument("--numel", type=checks.elements, default=1 << 20, help="elements per input tensor (at most 2**30)")
     d.add_argument("--repeats", type=checks.positive_int, default=20, help="timed steps per method")
     d.add_argument("--compiler", default="inductor", choices=["inductor", "eager"],
                    help="'eager' skips kernel codegen (fast; times are then not meaningful)")
