@@ -287,3 +287,14 @@ def test_methods_with_several_options_are_one_method_each():
     assert methods == ["eager", "checkmate:budget=0.5,time_limit=20,threads=1", "auto:budget=0.6"]
     spec = parse_method(methods[1])
     assert spec.options == {"budget": 0.5, "time_limit": 20} and spec.solver_options == {"threads": 1}
+
+
+def test_a_results_file_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    """`remat bench --out` resumes from OUT/results.json: an unreadable one raised a JSON
+    traceback; it is an error naming the fix, before any work."""
+    import remat.bench.runner
+
+    (tmp_path / "results.json").write_bytes(b"\xff not json")
+    r = run_cli("bench", "--models", "cos-cos", "--methods", "eager", "--out", str(tmp_path), "--no-progress")
+    assert r.returncode == 2 and "cannot be resumed from: it is not UTF-8" in r.stderr and "--no-resume" in r.stderr
+    assert r.stderr.strip().count("\n") == 0

@@ -24,6 +24,9 @@ from typing import Any, Iterable, Sequence
 
 from rich.table import Table
 
+from ..errors import OptionError
+from ..plans.cache import read_json_file
+
 RESULTS_FORMAT = "remat.bench.results"
 RESULTS_VERSION = 1
 BASELINE = "no-recompute"
@@ -45,13 +48,18 @@ def key(r: dict) -> tuple:
 def load_results(path: str | Path) -> list[dict]:
     """Records of a ``results.json`` (empty if the file does not exist)."""
     path = Path(path)
-    if not path.exists():
+    data, why = read_json_file(path)
+    fix = "pass --no-resume to start the results over, or another --out"
+    if why is not None:
+        raise OptionError(f"{path} cannot be resumed from: {why}; {fix}")
+    if data is None:
         return []
-    data = json.loads(path.read_text())
     if isinstance(data, dict):
-        if data.get("format") != RESULTS_FORMAT:
-            raise ValueError(f"{path} is not a remat benchmark result (format {RESULTS_FORMAT!r})")
+        if data.get("format") != RESULTS_FORMAT or not isinstance(data.get("records", []), list):
+            raise OptionError(f"{path} is not a remat benchmark result (format {RESULTS_FORMAT!r}); {fix}")
         return list(data.get("records", []))
+    if not isinstance(data, list):
+        raise OptionError(f"{path} is not a remat benchmark result (format {RESULTS_FORMAT!r}); {fix}")
     return list(data)
 
 

@@ -14,15 +14,25 @@ from ..bench.plots import plot_all
 from ..bench.runner import run as run_bench
 
 
-def run(args) -> int:
-    if args.compiler == "auto":
+def resolve(args) -> bool:
+    """``--compiler auto`` and the default ``--out`` made concrete; True where the compiler was
+    chosen here. Raises :class:`remat.OptionError` when the results to resume from cannot be
+    read (:func:`remat.bench.report.load_results`)."""
+    chosen = args.compiler == "auto"
+    if chosen:
         # tiny checks the harness: eager runs the same partitioned graphs without kernel
         # codegen (all of the zoo in ~4 min here, against ~23 min with inductor)
         args.compiler = "eager" if set(args.size.split(",")) == {"tiny"} else "inductor"
-        print(f"remat bench: compiler {args.compiler} (--compiler inductor|eager to choose)",
-              file=sys.stderr)
     if args.out is None:
         args.out = Path("out") / f"bench-{args.size}-{args.device}-{args.compiler}"
+    if not args.no_resume:
+        report.load_results(args.out / "results.json")
+    return chosen
+
+
+def run(args) -> int:
+    if getattr(args, "compiler_chosen", False):
+        print(f"remat bench: compiler {args.compiler} (--compiler inductor|eager to choose)", file=sys.stderr)
     t0 = time.perf_counter()
     records = run_bench(args.models, args.size, args.methods, device=args.device, out_dir=args.out,
                         repeats=args.repeats, compiler=args.compiler, resume=not args.no_resume,

@@ -116,6 +116,13 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                     raise ValueError(f"--device {args.device}: torch sees no CUDA GPU here; use --device cpu")
             _check_models(args.models)
             _check_methods(args.methods)
+            from ..errors import OptionError
+            from .bench import resolve
+
+            try:
+                args.compiler_chosen = resolve(args)  # and the results to resume from, readable
+            except OptionError as e:
+                raise ValueError(str(e)) from None
         elif command == "capture":
             _check_models(args.model, many=False)
         elif command == "demo":
