@@ -250,15 +250,12 @@ def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | fl
 
 
 def _with_overhead(solver_options: Mapping[str, Any] | None, max_overhead: float | None,
-                   budget: Any) -> dict:
+                   budget: Any) -> Any:
     """The solver's options with ``max_overhead`` among them (checked against the budget: none,
     or ``"min"``; a budget in bytes or a fraction is refused)."""
-    if solver_options is not None and not isinstance(solver_options, Mapping):
-        raise OptionError(f"solver_options must be a dict of the solver's options ({{'threads': 1}}), not "
-                          f"{solver_options!r}")
+    if max_overhead is None or not isinstance(solver_options, (Mapping, type(None))):
+        return solver_options  # checked where every request is (remat.solvers.registry.request)
     out = dict(solver_options or {})
-    if max_overhead is None:
-        return out
     if budget is not None and not (isinstance(budget, str) and budget.strip().lower() == "min"
                                    or getattr(budget, "kind", None) == "min"):
         raise OptionError(f"max_overhead={max_overhead!r} bounds the step time of the least memory: "

@@ -94,9 +94,6 @@ class Options:
             raise OptionError(f"unknown compiler {o.compiler!r}; use one of {', '.join(COMPILERS)}")
         if o.on_plan is not None and not callable(o.on_plan):
             raise OptionError(f"on_plan must be a function on_plan(graph, plan), not {o.on_plan!r}")
-        solver_options = {} if solver_options is None else solver_options
-        if not isinstance(solver_options, Mapping):
-            raise OptionError(f"solver_options must be a dict of the solver's options, not {solver_options!r}")
         if not isinstance(o.verbose, bool):
             raise OptionError(f"verbose must be True or False, not {o.verbose!r}")
         if not isinstance(o.cache, bool):

@@ -151,7 +151,7 @@ def request(solver: str = "auto", *, budget: Budget | str | float | None = None,
     :class:`~remat.plans.budget.Budget` is taken as it is). Raises
     :class:`~remat.errors.OptionError` or :class:`~remat.errors.BudgetError`."""
     if options is not None and not isinstance(options, Mapping):
-        raise OptionError(f"a solver's options are a dict of names and values ({{'threads': 1}}), not "
+        raise OptionError(f"solver_options must be a dict of the solver's options ({{'threads': 1}}), not "
                           f"{options!r}")
     options = dict(options or {})
     s = check_options(solver, options, budget)
