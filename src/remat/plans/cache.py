@@ -223,8 +223,7 @@ def cache_key(graph: Graph, solver: str, *, budget: Budget | str | float | None 
     return _sha256({
         "format": CACHE_FORMAT, "version": CACHE_VERSION, "planner": planner_fingerprint(),
         "graph": graph_hash(graph), "solver": str(solver),
-        "budget": None if parsed is None else {"kind": parsed.kind, "value": parsed.value,
-                                               "planned_bytes": parsed.planned_bytes(graph, headroom)},
+        "budget": budget_record(parsed, graph, headroom),
         "headroom": float(headroom), "time_limit": None if time_limit is None else float(time_limit),
         "options": _canonical(dict(options or {})),
         "cost_model": {"class": f"{type(cm).__module__}.{type(cm).__qualname__}", **_canonical(cm)},
@@ -418,12 +417,12 @@ class PlanCache:
         return None
 
 
-def budget_record(budget: Budget | None, planned_bytes: int | None) -> dict | None:
-    """What an entry records of the budget its plan was made for: the kind and value asked
-    and the bytes the solver planned within (None: no budget)."""
+def budget_record(budget: Budget | None, graph: Graph, headroom: float = 0.0) -> dict | None:
+    """The budget a plan of ``graph`` is made for, as the key covers it and an entry records it:
+    the kind and value asked and the bytes the solver plans within (None: no budget)."""
     if budget is None:
         return None
-    return {"kind": budget.kind, "value": budget.value, "planned_bytes": planned_bytes}
+    return {"kind": budget.kind, "value": budget.value, "planned_bytes": budget.planned_bytes(graph, headroom)}
 
 
 def _describe(record: Any) -> str:

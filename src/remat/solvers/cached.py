@@ -61,7 +61,7 @@ def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget
         except Uncacheable:
             key = None
         if key is not None:
-            record = budget_record(req.budget, req.planned_bytes(graph) if req.bounded else None)
+            record = budget_record(req.budget, graph, req.headroom)
             plan = _hit(graph, req, store, key, cm, t0, record)
             if plan is not None:
                 return plan
