@@ -467,12 +467,11 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
     unknown: dict[str, int] = {}  # opaque nodes: their transient bytes
     # report a higher-order op itself before the get_attr nodes that hold its subgraphs
     for node in sorted(graph_nodes, key=lambda n: n.op != "call_function"):
-        if not opaque:
-            _check_supported(node)
-            continue
         try:
             _check_supported(node)
         except UnsupportedGraphError:
+            if not opaque:
+                raise
             if node.op == "call_function":
                 unknown[node.name] = _opaque(joint.gm, node)
     if opaque:  # the subgraphs a higher-order op calls are its own business
@@ -507,7 +506,6 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             meta["module"] = module
         if node.name in unknown:
             meta["workspace"] = unknown[node.name]
-            meta["opaque"] = True
         elif not _has_symbolic_shape(val) and (links := dim_links(node)) is not None:
             meta["dims"] = links  # remat.capture.dims: which input dims are which of its axes
         if must_recompute_tag(node):  # what the user's checkpoint region asked, whether or not granted

@@ -49,18 +49,26 @@ the user's own setting down, until PyTorch's partition is predicted to fit."""
 def fall_back(part, backup, joint_inputs, kwargs: dict[str, Any], reason: str):
     """The forward and backward modules PyTorch's partitioner makes of the joint graph
     ``backup`` for ``part`` (a :class:`~remat.lower.partitioner.RematPartitioner`) that could
-    not plan it for ``reason``, keeping the budget as the module docstring says."""
+    not plan it for ``reason``, keeping the budget as the module docstring says. PyTorch
+    partitions it once at the user's ``activation_memory_budget`` (plain torch.compile's
+    partition, and the reference a fraction is of, when that is 1.0); the graph is captured
+    and judged only where a budget or ``on_plan`` needs it."""
     budget = part.options.budget
-    graph = _judging_graph(part, backup, joint_inputs, kwargs)
+    user = float(functorch_config.activation_memory_budget)
+    fw, bw = tc.torch_mincut(tc.copy_joint(backup), joint_inputs, **kwargs)
+    graph = plan = None
+    kept = ""
+    if budget is not None or part.options.on_plan is not None:
+        reference = tc.saved_from_backward(bw) if user == 1.0 else None
+        graph = _judging_graph(part, backup, joint_inputs, kwargs, reference)
     share = part.step.share(graph, constant_bytes(graph)) if graph is not None else None
     if budget is not None and budget.kind == "bytes":
-        fw, bw, plan, kept = _within_bytes(part, graph, share, backup, joint_inputs, kwargs, reason)
+        fw, bw, plan, kept = _within_bytes(part, graph, share, (fw, bw), backup, joint_inputs, kwargs, reason)
     else:
-        fw, bw = tc.torch_mincut(tc.copy_joint(backup), joint_inputs, **kwargs)
         plan = _judged(graph, bw, None) if graph is not None else None
-        kept = "" if budget is None else (
-            f" Budget {budget.text!r} is not applied to it: it holds what plain torch.compile holds "
-            "(a fraction is a target; with a byte budget remat checks PyTorch's partition against it).")
+        if budget is not None:
+            kept = (f" Budget {budget.text!r} is not applied to it: it holds what plain torch.compile holds "
+                    "(a fraction is a target; with a byte budget remat checks PyTorch's partition against it).")
     if plan is not None:
         part.step.planned(graph, plan.saved_activation_bytes, plan.peak_bytes)
         part._report(plan.updated(details={"fallback": reason}).sealed())
@@ -71,14 +79,16 @@ def fall_back(part, backup, joint_inputs, kwargs: dict[str, Any], reason: str):
     return fw, bw
 
 
-def _judging_graph(part, backup, joint_inputs, kwargs):
+def _judging_graph(part, backup, joint_inputs, kwargs, reference: list[str] | None):
     """The Graph PyTorch's partition of ``backup`` is judged on (opaque nodes where remat
-    cannot look), with plain torch.compile's saved set as its reference; None where even that
-    cannot be captured."""
+    cannot look), with plain torch.compile's saved set as its reference (``reference``, or
+    PyTorch's partition at 1.0 made here); None where even that cannot be captured."""
     try:
         joint = tc.prepare_joint(tc.copy_joint(backup), kwargs["num_fwd_outputs"],
                                  kwargs.get("static_lifetime_input_indices"))
-        return part._capture(joint, part._reference_saved(backup, joint_inputs, kwargs), opaque=True)
+        if reference is None:
+            reference = part._reference_saved(backup, joint_inputs, kwargs)
+        return part._capture(joint, reference, opaque=True)
     except Exception:  # noqa: BLE001 - without a graph a byte budget is refused, nothing else
         return None
 
@@ -91,11 +101,11 @@ def _judged(graph, bw, limit: int | None) -> Plan:
     return Plan.from_saved_set(graph, saved, solver="torch-mincut").judge(limit, default_cost_model(graph))
 
 
-def _within_bytes(part, graph, share, backup, joint_inputs, kwargs, reason):
-    """PyTorch's partition at the largest ``activation_memory_budget`` (from the user's own,
-    down :data:`KNOB_LADDER`) predicted to fit ``share`` bytes less :data:`FALLBACK_HEADROOM`, without
-    recomputing a random op; :class:`InfeasibleBudgetError` where none does or ``graph`` is
-    None. Returns ``(fw, bw, plan, what the warning says)``."""
+def _within_bytes(part, graph, share, first, backup, joint_inputs, kwargs, reason):
+    """PyTorch's partition at the largest ``activation_memory_budget`` (``first``: the one made
+    at the user's own, then down :data:`KNOB_LADDER`) predicted to fit ``share`` bytes less
+    :data:`FALLBACK_HEADROOM`, without recomputing a random op; :class:`InfeasibleBudgetError`
+    where none does or ``graph`` is None. Returns ``(fw, bw, plan, what the warning says)``."""
     text = part.options.budget.text
     name = part.graph_name
     if graph is None:
@@ -106,15 +116,17 @@ def _within_bytes(part, graph, share, backup, joint_inputs, kwargs, reason):
             "(a target), or rewrite the region remat cannot plan")
     limit = int(max(0, share) * (1.0 - FALLBACK_HEADROOM))
     user = float(functorch_config.activation_memory_budget)
-    ladder = [user] + [k for k in KNOB_LADDER if k < user]
     random = {n.name for n in graph.nodes if n.category == "random"}
     tried = []
-    for knob in ladder:
-        try:
-            with functorch_config.patch(activation_memory_budget=knob):
-                fw, bw = tc.torch_mincut(tc.copy_joint(backup), joint_inputs, **kwargs)
-        except Exception:  # noqa: BLE001 - a knob PyTorch cannot partition at: the next one
-            continue
+    for knob in [user] + [k for k in KNOB_LADDER if k < user]:
+        if knob == user:
+            fw, bw = first
+        else:
+            try:
+                with functorch_config.patch(activation_memory_budget=knob):
+                    fw, bw = tc.torch_mincut(tc.copy_joint(backup), joint_inputs, **kwargs)
+            except Exception:  # noqa: BLE001 - a knob PyTorch cannot partition at: the next one
+                continue
         plan = _judged(graph, bw, limit)
         if knob < user and random.intersection(plan.recomputed):
             continue  # PyTorch would draw the random op afresh (pytorch#190758)

@@ -76,7 +76,6 @@ class RematPartitioner(CustomPartitionerFn):
         self.step = step if step is not None else StepBudget(self.options.budget, strict=self.options.strict)
         self.param_indices = frozenset(param_indices)
         self.graph_name = graph_name
-        self.fell_back: list[str] = []
         self.keeps_order = False  # remat's own plan: compile in its order (remat.lower.plan_order)
         self.channels_last = False  # and the backward's convolutions channels-last, as planned
 
@@ -117,7 +116,6 @@ class RematPartitioner(CustomPartitionerFn):
                 if isinstance(e, RematError):
                     raise
                 raise UnsupportedGraphError(f"remat could not plan this graph: {reason}") from e
-            self.fell_back.append(reason)
             return fall_back(self, backup, joint_inputs, kwargs, reason)
 
     @staticmethod
