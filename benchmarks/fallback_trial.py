@@ -3,8 +3,8 @@
 The model: a transformer-style stack whose every block sends its MLP through ``torch.cond``
 (compute skipped when the router says so: conditional computation), which remat cannot plan
 (it cannot look into a higher-order op's subgraphs), so every graph falls back to PyTorch's
-partitioner (:mod:`remat.lower.fallback`). Rows, one compile each, eager compiler, the same
-inputs: plain ``torch.compile`` (PyTorch's partitioner), PyTorch's knob
+partitioner (:mod:`remat.lower.fallback`). Rows, one compile each (``--compiler``: remat's
+eager compiler by default, or inductor), the same inputs: plain ``torch.compile`` (PyTorch's partitioner), PyTorch's knob
 (``activation_memory_budget``) at 0.5 and 0.0, and ``remat.compile`` with a byte budget above
 plain torch.compile's measured peak (it holds: PyTorch's partition judged on an opaque
 capture), one between the knob's least and plain torch.compile's (remat lowers the knob
@@ -14,6 +14,7 @@ warning that it is not applied). Before issue 38 every remat row ran PyTorch's p
 the budget dropped and at most one warning per process.
 
     python benchmarks/fallback_trial.py [--width 256] [--seq 256] [--batch 8] [--blocks 4]
+        [--compiler eager|inductor] [--results benchmarks/results/fallback_trial_inductor.json]
 
 Columns: the measured peak above the step's start (profiler allocation records), remat's
 predicted peak above the same start where it made one, what happened (ran, refused), the
@@ -77,6 +78,9 @@ def arguments(ap) -> None:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--compiler", choices=("eager", "inductor"), default="eager",
+                    help="eager: every row without kernel codegen (PyTorch's rows through "
+                         "aot_eager_decomp_partition); inductor: real kernels")
 
 
 def _grads(model, fn, x):
@@ -118,14 +122,15 @@ def run(args):
         row["fallback_warnings"] = len(notes)
         return row
 
-    rows = [measure("plain torch.compile", None, lambda plans: torch.compile(model, backend="aot_eager_decomp_partition"))]
+    backend = "aot_eager_decomp_partition" if args.compiler == "eager" else "inductor"
+    rows = [measure("plain torch.compile", None, lambda plans: torch.compile(model, backend=backend))]
     plain = rows[0]["peak_MiB"]
     # PyTorch's knob is read when the graph is partitioned: patch it around the first call
     for value in (0.5, 0.0):
         torch._dynamo.reset()
         with functorch_config.patch(activation_memory_budget=value):
             rows.append(measure(f"PyTorch's knob {value}", None,
-                                lambda plans: torch.compile(model, backend="aot_eager_decomp_partition")))
+                                lambda plans: torch.compile(model, backend=backend)))
     least_knob = min(r["peak_MiB"] for r in rows)
     total = lambda mib: f"{(resident / 2**20 + mib):.1f}MiB"  # noqa: E731 - a byte budget bounds the whole step
     for label, budget in [("remat, bytes above plain's peak", total(1.3 * plain)),
@@ -133,7 +138,7 @@ def run(args):
                           ("remat, bytes below PyTorch's least", total(0.3 * least_knob)),
                           ("remat, fraction 0.5", 0.5)]:
         rows.append(measure(label, budget, lambda plans, b=budget: remat.compile(
-            model, budget=b, compiler="eager", on_plan=lambda g, p: plans.append(p))))
+            model, budget=b, compiler=args.compiler, on_plan=lambda g, p: plans.append(p))))
     for r in rows:
         if r.get("peak_MiB") is not None:
             r["of_plain"] = r["peak_MiB"] / plain

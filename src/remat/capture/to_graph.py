@@ -241,7 +241,7 @@ def _check_supported(node: fx.Node) -> None:
             )
 
 
-def _opaque(gm: fx.GraphModule, node: fx.Node) -> int:
+def _opaque(gm: fx.GraphModule, node: fx.Node, fused: bool) -> int:
     """The transient bytes an op remat cannot look into takes while it runs: for a higher-order
     op, the largest of its subgraphs' (:func:`_subgraph_transient`); 0 for an op without
     subgraphs."""
@@ -251,31 +251,40 @@ def _opaque(gm: fx.GraphModule, node: fx.Node) -> int:
             continue
         sub = getattr(gm, str(arg.target), None)
         if isinstance(sub, fx.GraphModule):
-            worst = max(worst, _subgraph_transient(sub))
+            worst = max(worst, _subgraph_transient(sub, fused))
     return int(worst)
 
 
-def _subgraph_transient(sub: fx.GraphModule, depth: int = 0) -> int:
-    """What a subgraph holds while it runs op by op, beyond its operands and what it returns:
-    the peak of its live intermediate values (each freed after its last reader; views hold
-    nothing of their own; a nested higher-order op adds its own transient), less its outputs,
-    which the op's node counts."""
+def _subgraph_transient(sub: fx.GraphModule, fused: bool, depth: int = 0) -> int:
+    """What a subgraph holds while it runs, beyond its operands and what it returns: the peak of
+    its live intermediate values, each freed after its last reader, less its outputs (the op's
+    node counts them). Views hold nothing of their own, and a nested higher-order op adds its
+    own transient. ``fused`` (inductor compiles the subgraph): a fusible value that only
+    fusible ops read is computed inside their kernels and never held, the rule of the cost
+    model's fused memory for the graph around it (:func:`remat.cost.model.materialized`)."""
     nodes = list(sub.graph.nodes)
     last: dict[fx.Node, int] = {}
     for i, n in enumerate(nodes):
         for a in n.all_input_nodes:
             last[a] = i
     outputs = {a for n in nodes if n.op == "output" for a in n.all_input_nodes}
+    ot = op_types() if fused else None
+
+    def fused_away(n: fx.Node) -> bool:
+        if not fused or n in outputs or not categorize(n, ot)[1]:
+            return False
+        return all(u.op == "call_function" and categorize(u, ot)[1] for u in n.users)
+
     live = peak = 0
     held: dict[fx.Node, int] = {}
     for i, n in enumerate(nodes):
         if n.op != "call_function":
             continue
-        own = 0 if getattr(n.target, "is_view", False) or n.target is operator.getitem \
-            else _value_info(n.meta.get("val"))[0]
+        view = getattr(n.target, "is_view", False) or n.target is operator.getitem
+        own = 0 if view or fused_away(n) else _value_info(n.meta.get("val"))[0]
         inner = 0
         if depth < 8 and isinstance(n.target, torch._ops.HigherOrderOperator):
-            inner = max([_subgraph_transient(getattr(sub, str(a.target)), depth + 1) for a in n.all_input_nodes
+            inner = max([_subgraph_transient(getattr(sub, str(a.target)), fused, depth + 1) for a in n.all_input_nodes
                          if a.op == "get_attr" and isinstance(getattr(sub, str(a.target), None), fx.GraphModule)]
                         or [0])
         live += own
@@ -473,7 +482,7 @@ def graph_from_joint(joint: JointInfo, param_indices: Collection[int] = (), name
             if not opaque:
                 raise
             if node.op == "call_function":
-                unknown[node.name] = _opaque(joint.gm, node)
+                unknown[node.name] = _opaque(joint.gm, node, fused=compiler == "inductor")
     if opaque:  # the subgraphs a higher-order op calls are its own business
         graph_nodes = [n for n in graph_nodes if n.op != "get_attr"]
     channels_last = compiler == "inductor" and inductor_channels_last(joint.gm)  # inductor's layout choice
