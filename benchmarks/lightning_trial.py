@@ -3,7 +3,8 @@
 A LightningModule around a transformers ``Phi3ForCausalLM`` (a config no test names: 2 layers x
 128, vocabulary 2048, batch 4 x 256), ``Trainer.fit`` for ``--steps`` steps on CPU, one row per
 way to train it: plain; transformers' own activation checkpointing (what a Lightning user turns
-on today); ``remat.compile`` at 0.5 and ``"min"`` (eager compiler: the partitioned graphs run op
+on today), alone and with the LM head and the loss in 8 checkpointed token chunks (Liger's
+algorithm in plain torch: ``remat.bench.fission.ChunkedHeadLoss``); ``remat.compile`` at 0.5 and ``"min"`` (eager compiler: the partitioned graphs run op
 by op, so step times compare plans, not kernels); ``remat.checkpoint`` at 0.5. Columns: the
 peak of the last training step above its start (profiler allocation records, through a
 callback), its time, the losses' largest difference from plain training, and the first step's
@@ -34,8 +35,10 @@ def arguments(ap) -> None:
     ap.add_argument("--seq", type=int, default=256)
 
 
-def _module(pl, seq: int):
+def _module(pl, seq: int, chunks: int = 0):
     import transformers
+
+    from remat.bench.fission import ChunkedHeadLoss
 
     class LM(pl.LightningModule):
         def __init__(self):
@@ -46,9 +49,13 @@ def _module(pl, seq: int):
                                           max_position_embeddings=seq, pad_token_id=0, use_cache=False)
             self.lm = transformers.Phi3ForCausalLM(cfg)
             self.lm.loss_type = "ForCausalLM"
+            # Liger's algorithm in plain torch: the head and the loss in token chunks, each checkpointed
+            self.head_loss = ChunkedHeadLoss(self.lm, chunks) if chunks else None
             self.losses, self.times = [], []
 
         def forward(self, ids):
+            if self.head_loss is not None:
+                return self.head_loss(ids, ids)
             return self.lm(input_ids=ids, labels=ids).loss
 
         def training_step(self, batch, batch_idx):
@@ -98,8 +105,8 @@ def run(args):
                     live += int(e.nbytes())
                     self.peak = max(self.peak, live)
 
-    def fit(name, wrap):
-        module = _module(pl, args.seq)
+    def fit(name, wrap, chunks=0):
+        module = _module(pl, args.seq, chunks)
         plans: list = []
         timing = Timing(args.steps)
         trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=False,
@@ -117,6 +124,7 @@ def run(args):
 
     rows = [fit("plain", lambda m, plans: m),
             fit("transformers' checkpointing", hf_ckpt),
+            fit("transformers' checkpointing + chunked head and loss", hf_ckpt, chunks=8),
             fit("remat.compile 0.5", lambda m, plans: remat.compile(m, budget=0.5, compiler="eager",
                                                                    on_plan=lambda g, p: plans.append(p))),
             fit("remat.compile min", lambda m, plans: remat.compile(m, budget="min", compiler="eager",
