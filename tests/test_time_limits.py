@@ -78,3 +78,23 @@ def test_min_with_a_small_time_limit_returns_within_a_bound_of_it():
     elapsed = time.perf_counter() - t0
     assert plan.feasible and "search" in plan.details  # the search ran
     assert elapsed <= 2 * limit + NOISE, f"min took {elapsed:.2f} s for a {limit} s limit"
+
+
+def test_highs_is_not_started_with_less_time_left_than_its_setup():
+    """HiGHS cannot be stopped before its first simplex iteration (1.3-3.5 s for 2.3M
+    nonzeros here): given less time than its setup takes, :func:`run_highs` does not start it
+    and says so, where a started run would overrun the limit; with time, the LP is solved."""
+    from remat.cost.model import default_cost_model
+    from remat.solvers.checkmate.highs import new_highs, run_highs, setup_seconds
+    from remat.solvers.checkmate.model import build_model
+
+    from test_baselines import UNIT, chain
+
+    model = build_model(chain(8), 6 * UNIT, default_cost_model(), objective="cost")
+    h = new_highs(model, relax=True)
+    need = setup_seconds(h.getNumNz())
+    assert need > 0
+    out = run_highs(h, time_limit=need / 2, mip=False)
+    assert (out.status, out.has_solution, out.seconds) == ("time_limit", False, 0.0)
+    out = run_highs(h, time_limit=None, mip=False)
+    assert out.status == "optimal" and out.has_solution

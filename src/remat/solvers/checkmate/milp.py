@@ -42,7 +42,7 @@ from ..baselines import BASELINES
 from ..deadline import Deadline
 from ..feasible import smallest_feasible
 from .bounds import checkpoint_all_matrix, early_result, memory_lower_bound
-from .highs import new_highs, run_highs
+from .highs import new_highs, run_highs, setup_seconds
 from .lp_rounding import checkmate_lp
 from .model import CheckmateModel, build_model, too_large
 
@@ -175,11 +175,6 @@ MIN_HIGHS_SHARE = 0.05
 """HiGHS runs only if this share of the time limit is left after the starting schedules: its
 presolve cannot be interrupted (7 s on GPT-2 small's 518k columns when started with none left)."""
 
-HIGHS_SETUP_SECONDS_PER_NONZERO = 0.5e-6
-"""Before its first simplex iteration (where a time limit can stop it) HiGHS sets up the
-model: 1 s for 2.3M nonzeros here, without presolve. With less time left than that, the
-MILP is not run and the best starting schedule is returned."""
-
 ROOT_PROBE_COLUMNS = 150_000
 """With a time limit, models with more columns (ResNet50: 286k) first solve the LP relaxation
 alone: HiGHS's MIP solver does not stop inside its root LP, which on ResNet50 ran 75-135 s
@@ -270,7 +265,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
                                                     None if time_limit is None else clock.left() * WARM_SHARE)
         remaining = clock.left()
         if remaining is not None and remaining <= max(MIN_HIGHS_SHARE * time_limit,
-                                                      HIGHS_SETUP_SECONDS_PER_NONZERO * model.stats["nonzeros"]):
+                                                      setup_seconds(model.stats["nonzeros"])):
             # the starts used the time up: HiGHS's presolve alone would run past the limit
             details["emission"] = "warm start (MILP not run: the time limit was spent)"
             if x0 is None:
