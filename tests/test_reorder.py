@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 from collections import Counter
 
 import pytest
@@ -373,26 +372,20 @@ def test_a_schedule_with_offload_and_reload_stays_valid():
     check_reordered(s, r)
 
 
-# -- real graphs, speed, time limits ---------------------------------------------------------
+# -- real graphs --------------------------------------------------------------------------------
 
 @pytest.mark.skipif(not VGG16.exists(), reason="Checkmate's graphs are not here")
 @pytest.mark.parametrize("plan", ["checkpoint-all", "mincut-conservative", "chen-sqrtn"])
 def test_vgg16_schedules_stay_valid_and_never_rise(plan):
     g = load_graph(VGG16)
     s = solve(g, plan).schedule()
-    t = time.perf_counter()
-    r = reorder(s)
-    assert time.perf_counter() - t < 5
-    check_reordered(s, r)
+    check_reordered(s, reorder(s))  # its seconds: benchmarks/reorder_table.py
 
 
-def test_a_2000_node_transformer_takes_seconds():
+def test_a_2000_node_transformer_stays_valid_and_never_rises():
     g = synthetic_joint_graph(2000, seed=0)
     s = solve(g, "mincut-conservative").schedule()
-    t = time.perf_counter()
-    r = reorder(s)
-    assert time.perf_counter() - t < 10
-    check_reordered(s, r)
+    check_reordered(s, reorder(s))  # its seconds: benchmarks/reorder_table.py
 
 
 def test_time_limit_returns_the_best_so_far_and_stays_valid():

@@ -1,42 +1,13 @@
-"""Every solver keeps to its time limit, the smallest-feasible search of an infeasible budget
-included (issue 10: ``time_limit`` + 5%). A synthetic 600-node joint graph at budgets it cannot
-meet makes every solver search to the end of its limit; a small allowance covers this shared
-machine's scheduling noise (the measured times are in BENCHMARKS.md)."""
+"""Time limits, without the wall clock deciding a verdict (issue 38): the stages' shares of one
+scale, the search given no more than what is left, HiGHS not started when its setup alone would
+overrun. Whether every solver keeps ``time_limit`` + 5% (issue 10) is measured by
+``benchmarks/time_limits.py`` (BENCHMARKS.md)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from remat.errors import InfeasibleBudgetError
-from remat.graph.synthetic import synthetic_joint_graph
-from remat.solvers import names, solve
-
-LIMIT = 2.0
-NOISE = 1.0  # seconds of scheduling noise on top of the 5% (a long suite run measured up to 0.9 s)
-
-
-@pytest.fixture(scope="module")
-def graph():
-    return synthetic_joint_graph(600, seed=1)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("solver", names(graphs=True, budget=True))
-@pytest.mark.parametrize("budget", [0.5, 0.05])
-def test_solver_returns_within_its_time_limit(graph, solver, budget):
-    t0, c0 = time.perf_counter(), time.process_time()
-    try:
-        plan = solve(graph, solver, budget=budget, time_limit=LIMIT)
-        assert plan.feasible
-    except InfeasibleBudgetError as e:
-        assert e.smallest_feasible > 0
-    # A solver that overruns its limit overruns it in wall-clock time and, computing all along,
-    # in this process's CPU time too; another process on the cores (the suite's second worker)
-    # stretches only the first, a solver's own threads only the second.
-    elapsed = min(time.perf_counter() - t0, time.process_time() - c0)
-    assert elapsed <= LIMIT * 1.05 + NOISE, f"{solver} took {elapsed:.2f} s for a {LIMIT} s limit"
+from remat.solvers import solve
 
 
 def test_the_stages_shares_are_fractions_of_one_scale_within_the_time_limit(monkeypatch):
@@ -66,18 +37,17 @@ def test_the_stages_shares_are_fractions_of_one_scale_within_the_time_limit(monk
         assert deadline._scale() == scale, raw
 
 
-def test_min_with_a_small_time_limit_returns_within_a_bound_of_it():
+def test_min_gives_its_search_no_more_than_what_is_left_of_the_time_limit():
     """``budget="min"`` runs every stage and then, on a graph with dimensions, MAGIS's search:
     each within what is left of ``time_limit``. The search used to take 10 s whatever the limit
-    (10.2 s here for a 1 s limit); a generous bound, the machine being shared."""
+    (10.2 s here for a 1 s limit); the seconds each solver takes are measured by
+    ``benchmarks/time_limits.py``, not here."""
     from test_fission import mlp_graph
 
     limit = 1.0
-    t0 = time.perf_counter()
     plan = solve(mlp_graph(), "auto", budget="min", time_limit=limit)
-    elapsed = time.perf_counter() - t0
     assert plan.feasible and "search" in plan.details  # the search ran
-    assert elapsed <= 2 * limit + NOISE, f"min took {elapsed:.2f} s for a {limit} s limit"
+    assert 0 <= plan.details["search"]["limit"]["seconds"] <= limit
 
 
 def test_highs_is_not_started_with_less_time_left_than_its_setup():
