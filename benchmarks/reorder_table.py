@@ -11,7 +11,7 @@ Checkmate's random layered graphs are forward-only DAGs (no backward): both sche
 same forward.
 
     python benchmarks/reorder_table.py [--zoo mlp,gpt2,...|none]
-        [--compiler eager|inductor] [--size tiny] [--block 20]
+        [--compiler eager|inductor] [--size tiny] [--block 20] [--synthetic 2000]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import time  # noqa: E402
 from remat.data import CHECKMATE_DIR
 from remat.cost.model import default_cost_model  # noqa: E402
 from remat.graph.io import load_graph  # noqa: E402
+from remat.graph.synthetic import synthetic_joint_graph  # noqa: E402
 from remat.plans.budget import reference_saved  # noqa: E402
 from remat.plans.schedule import schedule_from_saved_set  # noqa: E402
 from remat.plans.simulator import simulate  # noqa: E402
@@ -91,6 +92,7 @@ def arguments(ap) -> None:
     ap.add_argument("--size", default="tiny")
     ap.add_argument("--block", type=int, default=20)
     ap.add_argument("--no-checkmate", action="store_true")
+    ap.add_argument("--synthetic", default="", help="synthetic joint graphs of these node counts too (comma-separated)")
 
 
 def run(args):
@@ -102,6 +104,11 @@ def run(args):
             for line in rows(name, g, solve(g, "mincut-conservative").schedule(), args.block):
                 print(line, flush=True)
                 out.append(_row(line))
+    for n in filter(None, args.synthetic.split(",")):
+        g = synthetic_joint_graph(int(n), seed=0)
+        for line in rows(f"synthetic {n}", g, solve(g, "mincut-conservative").schedule(), args.block):
+            print(line, flush=True)
+            out.append(_row(line))
     if args.zoo != "none":
         t = time.perf_counter()
         for name, g, s in zoo_graphs(args.zoo.split(","), args.compiler, args.size):

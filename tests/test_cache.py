@@ -96,13 +96,19 @@ def test_the_key_changes_with_every_option_that_decides_the_plan():
 # -- round trip and bad entries ------------------------------------------------------------------
 @pytest.mark.parametrize("solver, budget", [("mincut-conservative", None), ("checkmate", 0.9),
                                             ("chen-greedy", 0.95), ("auto", 0.9)])
-def test_a_round_trip_returns_the_same_plan(tmp_path, solver, budget):
+def test_a_round_trip_returns_the_same_plan(tmp_path, monkeypatch, solver, budget):
     # the MILP on the synthetic graph's 236 nodes ran to its 15 s limit: on the seeds' example it
     # proves its optimum (3 recomputations) at once, so no plan here is the clock's
     g = cos_cos_graph() if solver == "checkmate" else synthetic_joint_graph(80, seed=1)
     fresh = cached_solve(g, solver, budget=budget, time_limit=15, cache=tmp_path)
     assert solver != "checkmate" or (fresh.status == "optimal" and fresh.recomputes > 0)
     assert fresh.details["cache"] == "miss" and len(list(tmp_path.glob("*.json"))) == 1
+    import remat.solvers.cached
+
+    def no_solve(*a, **k):
+        raise AssertionError("a hit solved the graph again")
+
+    monkeypatch.setattr(remat.solvers.cached, "solve", no_solve)  # a hit reads, it never solves
     with warnings.catch_warnings():
         warnings.simplefilter("error", RematCacheWarning)
         again = cached_solve(Graph(g.nodes, name="another"), solver, budget=budget, time_limit=15,

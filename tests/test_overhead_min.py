@@ -74,9 +74,9 @@ def test_budget_and_max_overhead_together_are_refused_but_min_is_not(graph):
 
 def test_min_stops_on_work_not_on_the_clock(graph):
     """Its stages stop on work sized for a few seconds (it took 11-39 s on tiny transformers;
-    0.97 s on this graph here, ``benchmarks/min_planning.py`` measures it): the search ends on
-    its count of states or when it has nothing left, never on the wall clock, whose share the
-    suite sets far off (``REMAT_SAFETY_SCALE``)."""
+    ``benchmarks/time_limits.py``'s ``min`` row times it on this graph): the search ends on its
+    count of states or when it has nothing left, never on the wall clock, whose share the suite
+    sets far off (``REMAT_SAFETY_SCALE``)."""
     plan = solve(graph, budget="min")
     assert plan.feasible
     assert plan.details["search"]["stopped"] in ("work", "done")

@@ -385,7 +385,7 @@ def test_vgg16_schedules_stay_valid_and_never_rise(plan):
 def test_a_2000_node_transformer_stays_valid_and_never_rises():
     g = synthetic_joint_graph(2000, seed=0)
     s = solve(g, "mincut-conservative").schedule()
-    check_reordered(s, reorder(s))  # its seconds: benchmarks/reorder_table.py
+    check_reordered(s, reorder(s))  # its seconds: benchmarks/reorder_table.py --synthetic 2000
 
 
 def test_time_limit_returns_the_best_so_far_and_stays_valid():

@@ -291,8 +291,9 @@ def test_dtype_and_device():
 
 
 def test_tiny_cases_are_tiny():
-    """A tiny case's step is a few dozen MFLOPs at most (23M, BERT's, the largest), so that a
-    test steps it in milliseconds; counted, not timed, the machine being shared."""
+    """A tiny case's step is a few dozen MFLOPs at most (BERT's, the largest, counts 23M), small
+    enough for the suite to step every case many times; counted, not timed, the machine being
+    shared."""
     from torch.utils.flop_counter import FlopCounterMode
 
     for name in ENTRIES:

@@ -64,11 +64,11 @@ def _deadline(h, deadline: float | None):
 
 SETUP_SECONDS_PER_NONZERO = 1.5e-6
 """Before its first simplex iteration, where a time limit or an interrupt can first stop it,
-HiGHS sets the model up (scaling, the starting basis and its factorization): 1.3-3.5 s for the
-2.3M nonzeros of a 600-node synthetic graph's LP here, the most on the first large model a
-process solves (0.1-0.3 s for 419k). With less time left than this estimate, :func:`run_highs`
-does not start HiGHS and reports ``"time_limit"`` with no solution: started, it could not have
-stopped on time (a 2 s limit ran 3.1 s, a 0.2 s one 3.8 s)."""
+HiGHS sets the model up (scaling, the starting basis and its factorization): 2.8-3.5 s for the
+2.3M nonzeros of a 600-node synthetic graph's LP here, 0.1-0.6 s for a 300-node one's 419k
+(``benchmarks/time_limits.py`` times it). With less time left than this estimate,
+:func:`run_highs` does not start HiGHS and reports ``"time_limit"`` with no solution: started,
+it could not have stopped on time (in CI, ``checkmate-lp`` ran 3.1 s for a 2 s limit)."""
 
 PRESOLVE_SECONDS_PER_NONZERO = 1e-6
 """HiGHS's presolve, which no callback interrupts, took 2.2 s on a 2.3M-nonzero Checkmate LP
@@ -85,11 +85,12 @@ def run_highs(h, *, time_limit: float | None = None, mip_gap: float | None = Non
               mip: bool = True) -> HighsOutcome:
     """Run ``h`` and read back the status, the incumbent and the bound; not run (status
     ``"time_limit"``, no solution) when ``time_limit`` is shorter than HiGHS's setup."""
-    if time_limit is not None and time_limit < setup_seconds(h.getNumNz()):
+    nonzeros = h.getNumNz()
+    if time_limit is not None and time_limit < setup_seconds(nonzeros):
         return HighsOutcome("time_limit", "not started (less time left than HiGHS's setup)",
                             False, None, None, None, None, 0, 0.0)
     h.setOptionValue("time_limit", float(time_limit) if time_limit is not None else np.inf)
-    if time_limit is not None and 2 * PRESOLVE_SECONDS_PER_NONZERO * h.getNumNz() > time_limit:
+    if time_limit is not None and 2 * PRESOLVE_SECONDS_PER_NONZERO * nonzeros > time_limit:
         h.setOptionValue("presolve", "off")
     if mip_gap is not None:
         h.setOptionValue("mip_rel_gap", float(mip_gap))
