@@ -394,3 +394,9 @@ def test_models_over_the_column_limit_are_not_built():
     assert r.status == "too_large" and "build_seconds" not in r.details
     auto = solve(chain, "auto", budget=10**6)
     assert auto.feasible and auto.solver != "checkmate"
+    # asked for by name, the MILP cannot plan it at any budget: not a verdict on the budget
+    from remat.errors import UnsupportedGraphError
+
+    for budget in (10**6, "min"):
+        with pytest.raises(UnsupportedGraphError, match="checkmate cannot plan 'chain'.*solver='auto'"):
+            solve(chain, "checkmate", budget=budget)

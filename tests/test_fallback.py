@@ -105,3 +105,42 @@ def test_the_plan_of_a_graph_that_fell_back_says_so():
     text = plan.summary()
     assert "fell back to PyTorch's partitioner" in text and "higher-order op 'cond'" in text
     assert plan.peak_bytes is not None and plan.saved_activations
+
+
+# -- a solver that finds no plan at any budget ------------------------------------------------------
+class Mlp(torch.nn.Module):
+    def __init__(self, width: int = 64) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x).tanh()
+        return x.sum()
+
+
+@pytest.mark.parametrize("budget, solver_options, reason", [
+    (0.5, {"max_columns": 10}, "checkmate-lp cannot plan"),  # too large for the solver at any budget
+    ("min", {"max_columns": 10}, "checkmate-lp cannot plan"),
+    (0.5, {}, "found no plan of .* at any budget"),  # its time limit runs out before any plan
+    ("min", {}, "found no plan of .* at any budget"),
+])
+def test_a_target_the_asked_solver_cannot_plan_falls_back_instead_of_crashing(budget, solver_options, reason):
+    """A fraction or "min" is a target: where the solver the user named finds no plan at any
+    budget (a Starcoder2 with ``solver="checkmate-lp", budget=0.5`` raised InfeasibleBudgetError
+    "fits the budget of 0 B" from its first step), remat falls back with a warning that says
+    why, and the gradients are PyTorch's; strict mode raises."""
+    torch.manual_seed(0)
+    model, x = Mlp(), torch.randn(32, 64)
+    expected = _step(model, model, x)
+    time_limit = 60 if solver_options else 0
+    with pytest.warns(RematFallbackWarning, match=reason):
+        compiled = remat.compile(model, solver="checkmate-lp", budget=budget, compiler="eager", cache=False,
+                                 time_limit=time_limit, solver_options=solver_options)
+        got = _step(model, compiled, x)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+    torch._dynamo.reset()
+    with pytest.raises(remat.UnsupportedGraphError, match=reason):
+        remat.compile(model, solver="checkmate-lp", budget=budget, compiler="eager", cache=False,
+                      time_limit=time_limit, solver_options=solver_options, strict=True)(x)

@@ -51,7 +51,7 @@ def test_min_gives_its_search_no_more_than_what_is_left_of_the_time_limit():
 
 
 def test_highs_is_not_started_with_less_time_left_than_its_setup():
-    """HiGHS cannot be stopped before its first simplex iteration (2.8-3.5 s for 2.3M
+    """HiGHS cannot be stopped before its first simplex iteration (2.4-2.8 s for 2.3M
     nonzeros here): given less time than its setup takes, :func:`run_highs` does not start it
     and says so, where a started run would overrun the limit; with time, the LP is solved."""
     from remat.cost.model import default_cost_model

@@ -194,13 +194,24 @@ class RematPartitioner(CustomPartitionerFn):
                 return cached_solve(graph, req.within(budget, headroom), cache=o.cache,
                                     on_infeasible=on_infeasible)
 
+        def no_plan(e: InfeasibleBudgetError):
+            """The solver found no plan at any budget (its time limit ran out first): remat
+            cannot plan this graph, so it falls back, a fraction or "min" being a target."""
+            raise UnsupportedGraphError(f"{req.solver} found no plan of {graph.name!r} at any "
+                                        f"budget ({e.args[0]})") from e
+
         def least_instead(e: InfeasibleBudgetError) -> Plan:
             """What runs where the share is out of reach (stored in the plan cache with it)."""
             if step.may_refuse(graph):
                 raise e  # a byte budget's first graph (or a fraction under strict=True)
-            return _out_of_reach(_least_found(e), solve_within(Budget.least(), 0.0))
+            try:
+                least = solve_within(Budget.least(), 0.0)
+            except InfeasibleBudgetError as again:
+                no_plan(again)
+            return _out_of_reach(_least_found(e), least)
 
-        plan = solve_within(budget, headroom, least_instead if budget is not None else None)
+        on_infeasible = None if budget is None else no_plan if o.budget.kind == "min" else least_instead
+        plan = solve_within(budget, headroom, on_infeasible)
         reach = plan.details.get("out_of_reach")
         if reach is not None:
             e = InfeasibleBudgetError(reach["message"], reach.get("smallest_feasible"), plan)

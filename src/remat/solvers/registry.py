@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..cost.model import CostModel, constant_bytes, default_cost_model
-from ..errors import InfeasibleBudgetError, OptionError, PlanError
+from ..errors import InfeasibleBudgetError, OptionError, PlanError, UnsupportedGraphError
 from ..graph.graph import Graph
 from ..graph.limits import check_plannable
 from ..plans.budget import Budget, format_bytes
@@ -179,7 +179,8 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
     Raises :class:`~remat.errors.InfeasibleBudgetError` (with the smallest feasible budget
     found) when the plan does not fit, :class:`~remat.errors.OptionError` for an unknown
     solver or option, :class:`~remat.errors.PlanError` when the solver returns an invalid
-    schedule.
+    schedule, :class:`~remat.errors.UnsupportedGraphError` when the solver cannot plan a
+    graph this large at all (Checkmate's ``max_columns``).
 
     >>> from remat.graph.examples import cos_cos_graph
     >>> solve(cos_cos_graph()).saved_names
@@ -204,6 +205,10 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
         plan = _least(graph, s, plan, cm, time_limit, req.options, t0)
         if plan.peak_bytes is not None and plan.status != "invalid":
             asked = limit = plan.peak_bytes  # the least peak found is the budget asked for
+    if plan.status == "too_large":
+        # the solver cannot plan this graph at any budget: not a verdict on the budget (a
+        # fraction that raised here crashed training; the partitioner falls back on this error)
+        raise UnsupportedGraphError(f"{req.solver} cannot plan {graph.name!r}: {plan.message}")
     if plan.statements is not None and (plan.sim is None or plan.budget != limit):
         # the ensures of every solver: valid, and within the budget (a plan the simulator
         # already judged against this budget, as judged() does, is not replayed again); the

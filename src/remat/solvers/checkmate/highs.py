@@ -64,9 +64,9 @@ def _deadline(h, deadline: float | None):
 
 SETUP_SECONDS_PER_NONZERO = 1.5e-6
 """Before its first simplex iteration, where a time limit or an interrupt can first stop it,
-HiGHS sets the model up (scaling, the starting basis and its factorization): 2.8-3.5 s for the
+HiGHS sets the model up (scaling, the starting basis and its factorization): 2.4-2.8 s for the
 2.3M nonzeros of a 600-node synthetic graph's LP here, 0.1-0.6 s for a 300-node one's 419k
-(``benchmarks/time_limits.py`` times it). With less time left than this estimate,
+(two runs of ``benchmarks/time_limits.py``, which times it). With less time left than this estimate,
 :func:`run_highs` does not start HiGHS and reports ``"time_limit"`` with no solution: started,
 it could not have stopped on time (in CI, ``checkmate-lp`` ran 3.1 s for a 2 s limit)."""
 
