@@ -13,7 +13,7 @@ from ...graph.graph import Graph
 from ...plans.plan import Plan, judged
 from ...plans.schedule import Schedule
 from ...plans.simulator import simulate
-from ...plans.stages import schedule_from_rs, solve_r, staged
+from ...plans.stages import Spans, schedule_from_rs, solve_r, staged
 from ...cost.model import constant_bytes
 from .model import stage_arrays, stage_workspace, too_large
 
@@ -26,28 +26,35 @@ def memory_lower_bound(g: Graph) -> tuple[int, str]:
     W = stage_workspace(g)
     const = constant_bytes(g)
     best, why = const, "the constant overhead (inputs and parameters)"
-    kept: list[int] = []
+    kept = st.kept
+    kept_bytes = 0  # the values kept to the end computed before t (a running sum: linear)
     for t in range(st.n):
-        b = const + int(sum(int(M[i]) for i in {t, *st.deps[t], *kept})) + int(W[t])
+        b = const + kept_bytes + int(sum(int(M[i]) for i in {t, *st.deps[t]} if not (kept[i] and i < t))) \
+            + int(W[t])
         if b > best:
             best, why = b, (f"computing {st.names[t]!r} needs its inputs, its output"
                             + (", its workspace" if W[t] else "") + ", the values kept to "
                             "the end so far and the constant overhead")
-        if st.kept[t]:
-            kept.append(t)
+        if kept[t]:
+            kept_bytes += int(M[t])
     return best, why
+
+
+def checkpoint_all_spans(g: Graph) -> Spans:
+    """:func:`checkpoint_all_matrix` as :class:`~remat.plans.stages.Spans` (linear in the
+    stages, where the matrix is quadratic)."""
+    st = staged(g)
+    n = st.n
+    idx = np.arange(n, dtype=np.int64)
+    last = np.array([n - 1 if st.kept[i] else max(st.users[i], default=i) for i in range(n)],
+                    dtype=np.int64)
+    return Spans.of(n, idx, idx + 1, last + 1)
 
 
 def checkpoint_all_matrix(g: Graph) -> np.ndarray:
     """Checkpoint matrix of :func:`checkpoint_all`: value ``i`` is held from stage ``i + 1``
     through its last user's stage (kept values to the end)."""
-    st = staged(g)
-    n = st.n
-    S = np.zeros((n, n), dtype=bool)
-    for i in range(n):
-        last = n - 1 if st.kept[i] else max(st.users[i], default=i)
-        S[i + 1:last + 1, i] = True
-    return S
+    return checkpoint_all_spans(g).dense()
 
 
 def checkpoint_all(g: Graph) -> Schedule:
@@ -56,7 +63,7 @@ def checkpoint_all(g: Graph) -> Schedule:
     Checkmate's search space needs to recompute (Checkmate's *checkpoint all*, with values
     freed after their last use); the MILP may find a lower peak without recomputation."""
     st = staged(g)
-    S = checkpoint_all_matrix(g)
+    S = checkpoint_all_spans(g)
     return schedule_from_rs(st, solve_r(st, S), S, {"solver": "checkpoint-all"})
 
 
