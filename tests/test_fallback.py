@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import remat
-from remat.lower.partitioner import RematFallbackWarning
+from remat.errors import RematFallbackWarning
 
 
 def with_cond(x):

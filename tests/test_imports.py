@@ -26,6 +26,7 @@ LAYERS = (
     "plans",
     "transforms",
     "solvers",
+    "step",
     "capture",
     "lower",
     "api",

@@ -623,7 +623,7 @@ def test_a_max_pool_s_scratch_is_measured_where_it_runs_op_by_op():
 def test_a_staged_solver_named_under_inductor_is_warned_about():
     """Its schedule does not run in its order under inductor (budget_torch.py --compiler
     inductor: checkmate's CNN plan measured 4.90 MiB against a budget of 4.20 MiB)."""
-    import remat.lower.partitioner as part
+    import remat.step.planner as part
 
     part._warned.discard("chen-sqrtn")
     model, x = _mlp()

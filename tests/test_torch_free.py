@@ -8,7 +8,7 @@ import sys
 
 import remat
 
-TORCH_FREE = ("graph", "cost", "plans", "solvers", "transforms", "data")
+TORCH_FREE = ("graph", "cost", "plans", "solvers", "step", "transforms", "data")
 TORCH_FREE_MODULES = ("remat.eager.plan",)  # torch-free modules of other packages
 
 

@@ -68,7 +68,7 @@ class RematCacheWarning(UserWarning):
 
 class RematBudgetWarning(UserWarning):
     """A graph of a multi-graph step could not meet its share of the step's budget: it runs
-    at its least memory and the graphs after it get less (:mod:`remat.plans.step`)."""
+    at its least memory and the graphs after it get less (:mod:`remat.step.budget`)."""
 
 
 class RematOffloadWarning(UserWarning):

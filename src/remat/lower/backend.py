@@ -29,7 +29,7 @@ from torch._inductor.virtualized import V
 
 from ..errors import OptionError, RematError
 from .options import NAMES, Options
-from ..plans.step import StepBudget
+from ..step.budget import StepBudget
 from .partitioner import RematPartitioner
 from .plan_order import in_plan_order
 
@@ -41,7 +41,7 @@ class RematBackend:
     """A dynamo backend that plans every graph with remat. ``inductor_options``: inductor
     config patches (``torch.compile``'s ``options``); ``mode``: ``torch.compile``'s mode;
     ``label``: what the graphs are named after (the model's class); ``model_bytes``: the
-    model's parameter bytes (a byte budget bounds the whole step: :mod:`remat.plans.step`)."""
+    model's parameter bytes (a byte budget bounds the whole step: :mod:`remat.step.budget`)."""
 
     __name__ = "remat"
 

@@ -86,8 +86,10 @@ def _judging_graph(part, backup, joint_inputs, kwargs, reference: list[str] | No
     try:
         joint = tc.prepare_joint(tc.copy_joint(backup), kwargs["num_fwd_outputs"],
                                  kwargs.get("static_lifetime_input_indices"))
-        if reference is None:
-            reference = part._reference_saved(backup, joint_inputs, kwargs)
+        if reference is None and part.planner.needs_reference():
+            # made once per graph: the partitioner's, where it had made it before failing
+            reference = part.reference if part.reference is not None else \
+                part._reference_saved(backup, joint_inputs, kwargs)
         return part._capture(joint, reference, opaque=True)
     except Exception:  # noqa: BLE001 - without a graph a byte budget is refused, nothing else
         return None

@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from ..cost.model import storage
 from ..errors import InfeasibleBudgetError
 from ..graph.graph import Graph
-from .budget import Budget, activation_bytes, format_bytes, reference_saved, resident_bytes
-from .saved_set import required_forward
+from ..plans.budget import Budget, activation_bytes, format_bytes, reference_saved, resident_bytes
+from ..plans.saved_set import required_forward
 
 
 @dataclass
@@ -150,6 +150,10 @@ class StepBudget:
         """Record that ``g``'s plan saves ``saved_bytes`` for its backward and peaks at
         ``peak_bytes`` (its own accounting)."""
         act = max(0, int(peak_bytes) - resident_bytes(g)) if peak_bytes is not None else 0
+        if self.budget is None or self.budget.kind != "fraction":
+            # only a fraction is a share of the reference: no reference is simulated for the others
+            self.graphs.append(_Planned(g.name, 0, int(saved_bytes), 0, act))
+            return
         self.graphs.append(_Planned(g.name, reference_saved_bytes(g), int(saved_bytes),
                                     activation_bytes(g), act))
 
@@ -279,7 +283,7 @@ def reference_saved_bytes(g: Graph) -> int:
     resident anyway, each storage counts once."""
     saved = reference_saved(g)
     if saved is not None:  # counted as a plan counts what it saves (Plan.saved_activation_bytes)
-        from .plan import Plan
+        from ..plans.plan import Plan
 
         return int(g._derived(("reference_saved_bytes", tuple(saved)),
                               lambda g: Plan.from_saved_set(g, list(saved), solver="torch-mincut").saved_activation_bytes))
