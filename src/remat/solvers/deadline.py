@@ -80,3 +80,34 @@ class Deadline:
         part = fraction * SCALE
         left = self.left()
         return Deadline(part if left is None else min(left, part))
+
+
+class Work:
+    """A count of work (simulated statements, say) with a limit: the deterministic stop of a
+    stage, where :class:`Deadline` is the safety stop (None: no limit).
+
+    >>> w = Work(10)
+    >>> w.spend(4), w.left(), w.exhausted(), w.affords(7)
+    (4, 6, False, False)
+    >>> w.spend(6), w.exhausted(), Work(None).exhausted()
+    (10, True, False)
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.done = 0
+        self.stops: dict[str, str] = {}  # stage -> what stopped it ("work", "time")
+
+    def spend(self, amount: int) -> int:
+        self.done += int(amount)
+        return self.done
+
+    def left(self) -> int | None:
+        return None if self.limit is None else max(0, self.limit - self.done)
+
+    def exhausted(self) -> bool:
+        return self.limit is not None and self.done >= self.limit
+
+    def affords(self, amount: int) -> bool:
+        """Whether ``amount`` more fits within the limit."""
+        return self.limit is None or self.done + amount <= self.limit

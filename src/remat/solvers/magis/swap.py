@@ -40,6 +40,7 @@ from ...cost.transfer import Link, link_for_graph
 from ...graph.graph import Graph
 from ...plans.schedule import Schedule, Statement, kept_to_end
 from ...plans.simulator import SimResult, simulate
+from ..deadline import Work
 
 TRIES = 8
 """Hot spots tried at each peak before :func:`swap` gives up on it."""
@@ -140,23 +141,34 @@ def _rank(sim: SimResult) -> tuple[int, int]:
 
 def swap(schedule: Schedule, budget: float | None = 0, cost_model: CostModel | None = None, *,
          link: Link | None = None, time_limit: float | None = None,
-         max_swaps: int = MAX_SWAPS) -> Schedule:
+         max_swaps: int = MAX_SWAPS, work: Work | None = None) -> Schedule:
     """``schedule`` with hot spots swapped out until its simulated peak is within ``budget``
     bytes (0 or None: as low as swapping takes it). Returns the schedule unchanged when no
-    swap lowers its peak; ``meta["swaps"]`` counts the gaps swapped out."""
+    swap lowers its peak; ``meta["swaps"]`` counts the gaps swapped out. ``work``: the
+    statements it may simulate in all (:class:`~remat.solvers.deadline.Work`, spent as it
+    goes), its deterministic stop; ``time_limit`` the safety stop. Where either stopped it,
+    ``meta["swap_stopped"]`` (and ``work.stops["swap"]``) says which (``"work"``, ``"time"``)."""
     g: Graph = schedule.graph
     cm = cost_model or default_cost_model(g)
     link = link or link_for_graph(g, cm)
     target = budget or 0
     t0 = time.perf_counter()
+    work = work or Work(None)
     cur, sim = schedule, simulate(schedule, cm, link=link)
+    work.spend(len(schedule))
     if not sim.valid:
         return schedule
     done = 0
+    stopped = None
     while sim.peak_bytes > target and done < max_swaps:
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            stopped = "time"
             break
         for gap in hot_spots(cur, sim)[:TRIES]:
+            if not work.affords(2 * (len(cur) + 3)):
+                stopped = "work"
+                break
+            work.spend(2 * (len(cur) + 3))
             tried = [(c, simulate(c, cm, link=link)) for c in
                      (offload(cur, gap, link, cm), offload(cur, gap, link, cm, hide=False))]
             tried = [(c, s2) for c, s2 in tried if s2.valid and _rank(s2) < _rank(sim)]
@@ -166,6 +178,11 @@ def swap(schedule: Schedule, budget: float | None = 0, cost_model: CostModel | N
                 break
         else:
             break
+        if stopped:
+            break
+    if stopped:
+        work.stops["swap"] = stopped
     if cur is schedule:
         return schedule
-    return Schedule(g, cur.statements, {**schedule.meta, "swaps": done})
+    return Schedule(g, cur.statements, {**schedule.meta, "swaps": done,
+                                        **({"swap_stopped": stopped} if stopped else {})})

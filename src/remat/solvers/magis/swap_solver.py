@@ -25,7 +25,7 @@ from ...plans.plan import Plan
 from ...plans.schedule import Schedule
 from ...plans.simulator import simulate
 from ...transforms.reorder import reorder
-from ..deadline import Deadline
+from ..deadline import Deadline, Work
 from ..progress import report
 from .swap import swap as swap_pass
 from .trade import trade
@@ -65,13 +65,17 @@ def reorder_only(g: Graph, *, budget: float | None = None, cost_model: CostModel
 
 
 def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: CostModel, link: Link,
-              clock: Deadline, budget: float | None) -> Plan:
+              clock: Deadline, budget: float | None, work: Work | None = None) -> Plan:
     """Each schedule of ``starts`` (``(solver, schedule)``) re-ordered where over ``target``
     bytes (:func:`remat.transforms.reorder.reorder`: a lower peak at no cost), swapped down to
     it (:func:`remat.solvers.magis.swap.swap`), then, where it fits, its recomputations traded for
     swaps while that is faster (:func:`remat.solvers.magis.trade.trade`); the fastest that fits,
-    or the smallest where none does."""
+    or the smallest where none does. ``work`` (:class:`~remat.solvers.deadline.Work`, in
+    simulated statements) is shared by the starts, as ``clock`` is: the work is the stop that
+    decides the plan, the clock the safety stop under load; each plan's
+    ``details["offload_work"]`` reports both."""
     t0 = time.perf_counter()
+    work = work or Work(None)
     best: Plan | None = None
     for k, (name, s) in enumerate(starts):
         left = clock.left()
@@ -79,13 +83,20 @@ def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: Cos
             break
         report(f"{g.name}: swapping {name}'s plan down")
         share = Deadline(None if left is None else left / (len(starts) - k))
+        part = Work(None if work.left() is None else work.left() // (len(starts) - k))
+        part.spend(len(s))
         if simulate(s, cm, link=link, timeline=False).peak_bytes > target:  # re-ordering first: it costs no time
+            part.spend(2 * len(s))  # its simulations before and after
             s = reorder(s, cm, time_limit=None if share.limit is None else share.limit / 4)
-        out = swap_pass(s, target, cm, link=link, time_limit=share.left())
+        out = swap_pass(s, target, cm, link=link, time_limit=share.left(), work=part)
+        part.spend(len(out))
         if target and simulate(out, cm, link=link, timeline=False).peak_bytes <= target:
-            out = trade(out, target, cm, link=link, time_limit=share.left())
+            out = trade(out, target, cm, link=link, time_limit=share.left(), work=part)
+        work.spend(part.done)
+        work.stops.update({f"{name} {stage}": why for stage, why in part.stops.items()})
         p = _plan(out, "swap-recompute", budget, cm, link, t0)
         p.details["recomputation_from"] = name
+        p.details["offload_work"] = {"limit": work.limit, "done": work.done, "stops": dict(work.stops)}
         if best is None or _better(p, best, target):
             best = p
     return best

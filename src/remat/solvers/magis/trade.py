@@ -11,6 +11,7 @@ from ...cost.model import CostModel, default_cost_model
 from ...cost.transfer import Link, link_for_graph
 from ...plans.schedule import Schedule
 from ...plans.simulator import simulate
+from ..deadline import Work
 from .swap import gaps, offload
 
 
@@ -65,20 +66,27 @@ def unrecompute(schedule: Schedule, at: int) -> Schedule | None:
 
 
 def trade(schedule: Schedule, budget: float, cost_model: CostModel | None = None, *,
-          link: Link | None = None, time_limit: float | None = None) -> Schedule:
+          link: Link | None = None, time_limit: float | None = None,
+          work: Work | None = None) -> Schedule:
     """Recomputations traded for swaps (seeds/004's de-rematerialization beside swapping): each
     recomputation, the costliest first, is dropped (the value kept from its first compute,
     :func:`unrecompute`) and the gap this opens swapped out (:func:`offload`, also hoisted less);
-    kept when the simulator finds the step faster and still within ``budget``."""
+    kept when the simulator finds the step faster and still within ``budget``. ``work``: the
+    statements it may simulate in all (:class:`~remat.solvers.deadline.Work`), its
+    deterministic stop; ``time_limit`` the safety stop; ``meta["trade_stopped"]`` (and
+    ``work.stops["trade"]``) says which stopped it, if one did."""
     g = schedule.graph
     cm = cost_model or default_cost_model(g)
     link = link or link_for_graph(g, cm)
     costs = cm.op_costs(g)
     t0 = time.perf_counter()
+    work = work or Work(None)
     cur, sim = schedule, simulate(schedule, cm, link=link)
+    work.spend(len(schedule))
     traded = 0
+    stopped = None
     tried: set[tuple[str, int]] = set()
-    while True:
+    while not stopped:
         seen: dict[str, int] = {}
         again = []
         for k, st in enumerate(cur.statements):
@@ -90,6 +98,10 @@ def trade(schedule: Schedule, budget: float, cost_model: CostModel | None = None
         better = None
         for k, nth in again:
             if time_limit is not None and time.perf_counter() - t0 > time_limit:
+                stopped = "time"
+                break
+            if work.exhausted():
+                stopped = "work"
                 break
             v = cur.statements[k].node
             tried.add((v, nth))
@@ -99,6 +111,7 @@ def trade(schedule: Schedule, budget: float, cost_model: CostModel | None = None
             cands = [kept] + [offload(kept, gp, link, cm, hide=h) for gp in gaps(kept) if gp.node == v
                               for h in (True, False)]
             for c in cands:
+                work.spend(len(c))
                 s2 = simulate(c, cm, link=link)
                 if s2.valid and s2.peak_bytes <= budget and s2.predicted_seconds < sim.predicted_seconds \
                         and (better is None or s2.predicted_seconds < better[1].predicted_seconds):
@@ -109,6 +122,9 @@ def trade(schedule: Schedule, budget: float, cost_model: CostModel | None = None
             break
         cur, sim = better
         traded += 1
+    extra = {"trade_stopped": stopped} if stopped else {}
+    if stopped:
+        work.stops["trade"] = stopped
     if cur is schedule:
         return schedule
-    return Schedule(g, cur.statements, {**schedule.meta, "traded": traded})
+    return Schedule(g, cur.statements, {**schedule.meta, "traded": traded, **extra})
