@@ -60,7 +60,7 @@ from ..plans.budget import reference_saved
 from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
-from .deadline import Deadline
+from .deadline import Deadline, Work
 from .descent import DESCENT_SHARE, descend, descent_trials
 from .feasible import FIXED, staged_schedules_run_as_planned
 from .magis.swap_solver import swap_down
@@ -103,6 +103,25 @@ T5 quick's 674), between 16 and 64 schedules (:func:`staged_evaluations`; their
 where ``chen-greedy-linearized`` needs 32 to reach the least peak its whole grid (300 points,
 3.2 s) reaches; 16 on T5 quick (about 1 s per baseline). Their whole grids took 2-8 s each on
 these graphs, and were cut by the clock before."""
+
+STAGED_MAX_STAGES = 4096
+"""The staged baselines join the portfolio only on graphs of at most this many stages: their
+checkpoint policies are ``n x n`` matrices (:func:`~remat.solvers.baselines.policy.policy_matrix`;
+16 MB here, 10 GB at 100k stages) and each searching baseline evaluates at least 16 of them.
+On a larger graph ``auto`` records them as ``skipped`` in ``details["tried"]`` (a size rule:
+the clock does not decide it). The solvers by name still run them."""
+
+OFFLOAD_WORK = 1_500_000
+"""The deterministic stop of offloading (stage 5): the statements its passes may simulate in
+all (:class:`~remat.solvers.deadline.Work`: the swap pass's tries and the trade's, each one
+replay of a schedule), shared by the schedules it starts from. About 15 s of the simulator on
+this 2-core machine (10 us a statement); 70 replays of a 10k-node graph's schedule, 8 of a
+100k-node one's. Offloading is skipped (``skipped`` in ``details["tried"]``) where fewer than
+:data:`OFFLOAD_MIN_REPLAYS` replays of its starting schedules fit: a swap pass needs a few to
+lower a peak at all."""
+
+OFFLOAD_MIN_REPLAYS = 12
+"""Replays of its starting schedules that offloading needs within :data:`OFFLOAD_WORK` to run."""
 
 STAGED_PENALTY = 2.3
 """A staged schedule's predicted time is multiplied by this before it is held against a time
@@ -170,6 +189,13 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         report(f"{g.name}: no staged schedules under a fusing compiler (saved sets only)")
     elif least and within is not None and fastest is not None and within < STAGED_PENALTY * fastest:
         report(f"{g.name}: no staged schedules within {within:.3g} s (saved sets only)")
+    elif (least or not any(p.feasible for p in plans)) and staged_stages(g) > STAGED_MAX_STAGES:
+        report(f"{g.name}: no staged baselines on {staged_stages(g):,} stages (saved sets only)")
+        why = (f"{staged_stages(g):,} stages, over STAGED_MAX_STAGES={STAGED_MAX_STAGES:,}: a staged "
+               "policy is an n x n matrix")
+        for name in STAGED_BASELINES:
+            attempt(name, lambda name=name: Plan.without_schedule(g, solver=name, status="skipped",
+                                                                  message=why))
     elif least or not any(p.feasible for p in plans):
         _baselines(g, cm, staged, limit, attempt)
     if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
@@ -178,7 +204,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         attempt("checkmate", lambda: checkmate(g, budget, time_limit=staged.left(), cost_model=cm,
                                                explain_infeasible=False))
     if swapping:
-        _swapped(g, cm, clock, plans, limit, least)
+        _swapped(g, cm, clock, plans, limit, least, attempt)
     valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
     if least and valid:
         best = min(_bounded(valid, base, within), key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
@@ -191,6 +217,12 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         return _done(min(fits, key=_speed), plans, t0, points)
     best = min(valid, key=lambda p: p.peak_bytes) if valid else plans[0]
     return _done(best, plans, t0, points)
+
+
+def staged_stages(g: Graph) -> int:
+    """The stages of ``g``'s staged problem: every node but the primal inputs and parameters."""
+    a = g._arrays
+    return int(a.n - a.primal.sum())
 
 
 def staged_evaluations(g: Graph) -> int:
@@ -237,12 +269,14 @@ def _baselines(g: Graph, cm: CostModel, staged: Deadline, limit: int | None, att
 
 
 def _swapped(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit: int | None,
-             least: bool) -> None:
+             least: bool, attempt) -> None:
     """Offloading where it can be cheaper than recomputation: on a device whose copies run
     beside compute (a GPU; a graph without a device), the fastest plan so far that fits and the
     smallest one, swapped down to the budget (:func:`remat.solvers.magis.swap_solver.swap_down`).
     On a CPU a copy takes the compute stream's time and memory bandwidth, as recomputing does:
-    the portfolio does not offload there (the ``swap`` solvers still do when asked by name)."""
+    the portfolio does not offload there (the ``swap`` solvers still do when asked by name).
+    It stops on :data:`OFFLOAD_WORK` simulated statements, and is skipped where that does not
+    afford :data:`OFFLOAD_MIN_REPLAYS` replays of its starting schedules."""
     link = link_for_graph(g, cm)
     valid = [p for p in plans if p.sim is not None and p.sim.valid]
     if not link.asynchronous or not offload_allowed(g)[0] or not valid or clock.expired():
@@ -250,8 +284,17 @@ def _swapped(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit:
     fits = [p for p in valid if p.feasible]
     starts = {id(p): p for p in ([min(fits, key=_speed)] if fits and not least else [])
               + [min(valid, key=lambda p: (p.peak_bytes, p.predicted_seconds))]}.values()
+    schedules = [(p.solver, p.schedule()) for p in starts]
+    need = OFFLOAD_MIN_REPLAYS * sum(len(s) for _, s in schedules)
+    if need > OFFLOAD_WORK:
+        report(f"{g.name}: no offloading ({need:,} simulated statements needed, over {OFFLOAD_WORK:,})")
+        why = (f"offloading would simulate at least {need:,} statements ({OFFLOAD_MIN_REPLAYS} replays "
+               f"of its starting schedules), over OFFLOAD_WORK={OFFLOAD_WORK:,}")
+        attempt("swap-recompute", lambda: Plan.without_schedule(g, solver="swap-recompute",
+                                                                status="skipped", message=why))
+        return
     report(f"{g.name}: offloading instead of recomputing")
-    best = swap_down(g, [(p.solver, p.schedule()) for p in starts], limit or 0, cm, link, clock, limit)
+    best = swap_down(g, schedules, limit or 0, cm, link, clock, limit, work=Work(OFFLOAD_WORK))
     # kept where it swapped a value out or traded a recomputation (read from the schedule, not
     # from the plan's report of it)
     if any(st.op == "offload" for st in best.statements) or best.details.get("recomputations_traded"):
