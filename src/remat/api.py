@@ -1,4 +1,4 @@
-"""The public entry points: :func:`compile`, :func:`plan` and :func:`plan_all`."""
+"""The public entry points: :func:`compile`, :func:`plan`, :func:`plan_all` and :func:`frontier`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .lower.options import COMPILERS, NAMES, Options
 from .plans.plan import Plan
 from .solvers import DEFAULT_TIME_LIMIT
 from .solvers.magis.search import check_overhead
+from .solvers.tradeoff import FRACTIONS, OVERHEADS, Tradeoffs, tradeoff
 
 _TORCH_COMPILE = ("fullgraph", "dynamic", "mode", "options", "disable")
 _REMAT_OPTIONS = (*NAMES, "max_overhead")
@@ -247,6 +248,34 @@ def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | fl
             "not fall back to PyTorch's partitioner (a RematFallbackWarning says why; strict=True "
             "raises instead)")
     return plans
+
+
+def frontier(model: Callable, *args: Any, solver: str = "auto", compiler: str = "inductor",
+             fractions: tuple = FRACTIONS, overheads: tuple = OVERHEADS,
+             time_limit: float | None = DEFAULT_TIME_LIMIT, solver_options: Mapping[str, Any] | None = None,
+             **kwargs: Any) -> Tradeoffs:
+    """The memory/time frontier of a model's training step, one
+    :class:`~remat.solvers.tradeoff.Tradeoff` per captured graph (a list that prints as their
+    tables): the (predicted peak, predicted step time) points remat finds, none smaller and
+    faster than another, and the point each budget picks (no budget, each of ``fractions``,
+    ``"min"``, each ``max_overhead`` of ``overheads``; :func:`remat.solvers.tradeoff.tradeoff`).
+
+    The step is captured as :func:`plan_all` captures it (``args`` and ``kwargs`` go to the
+    model); ``compiler`` is the one the plans are for (``"inductor"`` or ``"eager"``), and
+    ``solver``, ``time_limit`` (per solve) and ``solver_options`` are as in :func:`compile`.
+
+    >>> import torch, remat
+    >>> mlp = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+    >>> t = remat.frontier(mlp, torch.randn(8, 16), compiler="eager", fractions=(0.8,))
+    >>> [k.budget for k in t[0].picks]
+    ['none', '0.8', 'min', 'overhead 0.1']
+    """
+    # captured by plan_all at budget 1.0: a fraction has capture record plain torch.compile's
+    # partition on each graph (the reference of fractions and time bounds), and 1.0 always fits
+    graphs = [p.graph for p in plan_all(model, *args, budget=1.0, time_limit=time_limit, cache=False,
+                                        for_compiler=compiler, **kwargs)]
+    return Tradeoffs(tradeoff(g, solver=solver, fractions=fractions, overheads=overheads,
+                              time_limit=time_limit, solver_options=solver_options) for g in graphs)
 
 
 def _with_overhead(solver_options: Mapping[str, Any] | None, max_overhead: float | None,

@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds the solver may search (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (remat.Plan.from_dict reads it)")
     p.add_argument("--plot", default=None, metavar="PNG",
-                   help="draw the plan's memory timeline and its copy stream over time into PNG")
+                   help="draw the plan's memory timeline and its copy stream over time into PNG "
+                        "(with --frontier: the frontier, peak against step time)")
     p.add_argument("--bandwidth", type=checks.positive_number, default=None,
                    help="host link bandwidth (bytes/s, or bytes per cost unit for the swapping "
                         "solvers on a graph without a device); default: the device's, measured")
@@ -44,7 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plan without offloading to host memory (remat.compile's offload=False)")
     p.add_argument("--max-overhead", type=checks.share, default=None,
                    help="instead of a budget: the least memory within this share of extra step time "
-                        "(0.10), by MAGIS's search (solvers auto and magis)")
+                        "(0.10), by MAGIS's search (solvers auto and magis); with --frontier, the "
+                        "overhead asked (default 0.1)")
+    p.add_argument("--frontier", action="store_true",
+                   help="instead of one plan, the memory/time frontier: the plans remat finds for no "
+                        "budget, each of --fractions, min and --max-overhead (default 0.1), none smaller "
+                        "and faster than another, and what each budget picks (--plot draws it)")
+    p.add_argument("--fractions", default=None, type=checks.budgets,
+                   help="with --frontier: comma-separated fractions of the activation memory to ask "
+                        "(default 1.0,0.9,0.8,0.7,0.6,0.5,0.4,0.3)")
     p.set_defaults(module="plan")
 
     s = sub.add_parser("sweep", help="overhead vs memory budget for budgeted solvers (seeds/001 Fig. 5)")
