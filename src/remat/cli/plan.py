@@ -136,9 +136,12 @@ def frontier_plot(t, path, plt=None):
     if dominated:
         ax.plot([k.peak_bytes / mib for k in dominated], [k.ratio for k in dominated], "x", color="tab:red",
                 markersize=10, markeredgewidth=2, label="dominated pick", zorder=4)
-    for (peak, ratio), labels in at.items():
-        ax.annotate(", ".join(labels), (peak / mib, ratio), textcoords="offset points", xytext=(6, 6),
-                    fontsize=8)
+    # labels of nearby points alternate sides, so that they do not overlap
+    sides = (((10, 10), "left"), ((10, -16), "left"), ((-10, 10), "right"), ((-10, -16), "right"))
+    for i, ((peak, ratio), labels) in enumerate(sorted(at.items())):
+        offset, align = sides[i % len(sides)]
+        ax.annotate(", ".join(labels), (peak / mib, ratio), textcoords="offset points", xytext=offset,
+                    ha=align, fontsize=8, arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "gray"})
     ax.set_xlabel(f"predicted peak ({unit})")
     ax.margins(x=0.2, y=0.1)
     ax.set_ylabel(f"predicted step time / {ref['name']}'s")

@@ -467,11 +467,13 @@ def runs_min(plan: Plan | None, reached: bool, least: Plan | None, bound_bytes: 
     :func:`~remat.solvers.portfolio.bounded_seconds` counts them). The step planner's rules
     (``remat.step.planner``: ``out_of_reach`` and ``StepPlanner._no_slower_than_min``), written
     here again because the solvers may not import the layer above them; the tests hold the two
-    to the same answers."""
+    to the same answers. False where the two plans are the same point."""
     if least is None or least.peak_bytes is None:
         return False
     if plan is None or plan.peak_bytes is None:
         return not reached
+    if _same(plan.peak_bytes, plan.predicted_seconds, least.peak_bytes, least.predicted_seconds):
+        return False  # the same point either way
     if not reached:
         return plan.peak_bytes >= least.peak_bytes or bounded_seconds(plan) > bounded_seconds(least)
     return bounded_seconds(plan) > min_seconds and least.peak_bytes <= bound_bytes \
