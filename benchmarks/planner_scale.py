@@ -67,7 +67,7 @@ def one(kind: str, size: int, budget: float, limit: float) -> dict:
     code = CHILD.format(build=GRAPHS[kind](size), budget=budget, limit=limit)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode != 0:
-        tail = (out.stderr.strip().splitlines() or ["?"])[-1]
+        tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode} (killed: out of memory?)"])[-1]
         return {"graph": kind, "nodes": size, "budget": budget, "limit_s": limit, "solver": "-",
                 "status": f"crashed: {tail[:80]}", "plan_s": None, "rss_mb": None, "held": False, "stops": ""}
     row = json.loads(out.stdout.strip().splitlines()[-1])
