@@ -21,10 +21,12 @@ solvers read it. Example::
 from __future__ import annotations
 
 import dataclasses
+import gc
 import heapq
 import itertools
 import numbers
 import operator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Iterator, Sequence
@@ -159,15 +161,11 @@ class Graph:
 
     @cached_property
     def input_indices(self) -> tuple[tuple[int, ...], ...]:
-        """For each node, the indices of its distinct inputs."""
-        get = self._index.__getitem__
-        out = []
-        for n in self.nodes:
-            ins = n.inputs
-            if len(ins) > 1 and len(set(ins)) < len(ins):
-                ins = dict.fromkeys(ins)
-            out.append(tuple(map(get, ins)))
-        return tuple(out)
+        """For each node, the indices of its distinct inputs (first occurrences, in order)."""
+        a = self._arrays
+        idx, ptr = a.in_idx.tolist(), a.in_ptr.tolist()
+        with _gc_paused():  # 10^5 small tuples: the cyclic collector would scan the heap
+            return tuple(map(tuple, map(idx.__getitem__, map(slice, ptr[:-1], ptr[1:]))))
 
     @property
     def user_indices(self) -> tuple[tuple[int, ...], ...]:
@@ -213,8 +211,12 @@ class Graph:
 
 
 class GraphArrays:
-    """Per-node flags and CSR adjacency of a :class:`Graph`, computed once and shared by the
-    solvers' vectorized passes. Treat every array as read-only.
+    """Per-node fields, flags and CSR adjacency of a :class:`Graph`, computed once and shared
+    by the solvers' vectorized passes. Treat every array as read-only.
+
+    ``names``, ``ops``: lists of the nodes' names and op names; ``flops``: float64; ``cost``:
+    the profiled cost as float64, NaN where a node has none; ``meta_nodes``: the nodes whose
+    ``meta`` is not empty, ascending (passes that read capture's marks visit these alone).
 
     ``in_ptr``/``in_idx``: node ``i`` reads ``in_idx[in_ptr[i]:in_ptr[i+1]]`` (distinct inputs,
     in :attr:`Graph.input_indices` order). ``user_ptr``/``user_idx``/``user_src``: node ``i`` is
@@ -236,8 +238,20 @@ class GraphArrays:
         # long-lived containers sets off the cyclic garbage collector over the whole heap.
         nodes = g.nodes
         n = self.n = len(nodes)
-        get = operator.attrgetter
-        self.names = list(map(get("name"), nodes))
+        # every field the passes read, in one pass over the nodes (one attribute getter for
+        # them all costs a third of one per field), then a column per field
+        with _gc_paused():
+            columns = tuple(zip(*map(operator.attrgetter(*_COLUMNS), nodes))) or ((),) * len(_COLUMNS)
+        col = dict(zip(_COLUMNS, columns))
+        del columns
+        self.names: list[str] = list(col["name"])
+        self.ops: list[str] = list(col["op"])
+        self.meta_nodes: list[int] = list(itertools.compress(range(n), col["meta"]))
+        self.flops = np.array(col["flops"], dtype=np.float64).reshape(n)
+        costs = col["cost"]
+        self.cost = np.full(n, np.nan) if costs.count(None) == n else \
+            np.array([np.nan if c is None else c for c in costs], dtype=np.float64)
+
         lens, in_idx = g._input_lens, g._input_idx  # resolved by the constructor (repeats kept)
         reader = np.repeat(np.arange(n, dtype=np.int64), lens)
         if len(in_idx) and n:
@@ -260,24 +274,24 @@ class GraphArrays:
         self.user_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(in_idx, minlength=n), out=self.user_ptr[1:])
 
-        def flags(attr: str) -> np.ndarray:
-            return np.fromiter(map(get(attr), nodes), dtype=bool, count=n)
-
         role = g._role_code  # computed by the constructor
-        self.category = np.fromiter(map(_CATEGORY_CODE.__getitem__, map(get("category"), nodes)),
-                                    dtype=np.int8, count=n)
+        self.category = np.fromiter(map(_CATEGORY_CODE.__getitem__, col["category"]), dtype=np.int8, count=n)
         self.primal = role <= _ROLE_CODE["param"]
         self.forward = role <= _ROLE_CODE["forward"]
         self.view = self.category == _CATEGORY_CODE["view"]
+
+        def flags(name: str) -> np.ndarray:
+            return np.array(col[name], dtype=bool).reshape(n)
+
         self.fusible = flags("fusible")
         self.must_save = flags("must_save")
         self.must_recompute = flags("must_recompute")
         self.cannot_save = self.must_recompute | ~flags("can_save")
         self.is_output = flags("is_output")
         self.backward_output = flags("backward_output")
-        nbytes = list(map(get("bytes"), nodes))
+        nbytes = col["bytes"]
         if sum(nbytes) < self.SAFE_TOTAL_BYTES:
-            self.bytes = np.array(nbytes, dtype=np.int64)
+            self.bytes = np.array(nbytes, dtype=np.int64).reshape(n)
         else:
             self.bytes = np.empty(n, dtype=object)
             self.bytes[:] = nbytes
@@ -286,6 +300,23 @@ class GraphArrays:
     def user_lists(self) -> tuple[list[int], list[int]]:
         """(``user_ptr``, ``user_idx``) as Python lists, for sweeps written in Python."""
         return self.user_ptr.tolist(), self.user_idx.tolist()
+
+
+_COLUMNS = ("name", "op", "meta", "flops", "cost", "category", "bytes", "fusible", "must_save",
+            "must_recompute", "can_save", "is_output", "backward_output")
+
+
+@contextmanager
+def _gc_paused():
+    """Building 10^5 small objects at once: the cyclic collector would scan the whole heap many
+    times over, and none of them cycle."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 _ROLE_CODE = {"input": 0, "param": 1, "forward": 2, "tangent": 3, "backward": 4}
