@@ -94,24 +94,56 @@ def _graph_facts(g: Graph) -> _Facts:
     a = g._arrays
     req = _required_forward(g)
     req_arr = np.array(req, dtype=bool)
-    # distance to the backward: one sweep against the topological order (users come later);
-    # a required node's non-required users (backward nodes among them) are at distance 0
-    ptr, users = a.user_lists
-    big = 10**9
-    dist = [0] * a.n
-    for i in np.flatnonzero(req_arr)[::-1].tolist():
-        us = users[ptr[i]:ptr[i + 1]]
-        if us:
-            d = min(map(dist.__getitem__, us)) + 1
-            dist[i] = d if d < big else big
-        else:
-            dist[i] = big
+    dist_arr = distances_to_backward(g, req_arr)
     # materialized: an input, an output, or a node that does not fuse with all of its users
     non_fusible_user = np.zeros(a.n, dtype=bool)
     non_fusible_user[a.user_src[~a.fusible[a.user_idx]]] = True
     materialized = a.primal | a.is_output | ~a.fusible | non_fusible_user
     capacity = np.where(materialized, a.bytes, 2 * a.bytes)
-    return _Facts(req, req_arr, dist, np.array(dist, dtype=np.int64), materialized, capacity)
+    return _Facts(req, req_arr, dist_arr.tolist(), dist_arr, materialized, capacity)
+
+
+FAR = 10**9
+"""The distance of a required value from which no path reaches the backward."""
+
+
+def distances_to_backward(g: Graph, required: np.ndarray, max_levels: int = 256) -> np.ndarray:
+    """Per node, how many data-flow arcs separate it from the nearest value outside the
+    required forward (a backward node, among others): 0 for those values, ``1 + min`` over
+    its users for a required one (:data:`FAR` without a path). A breadth-first search out
+    from those values, against the arcs, one array step per distance; past ``max_levels``
+    distances (a long chain), the sweep against the topological order instead."""
+    a = g._arrays
+    dist = np.where(required, FAR, 0).astype(np.int64)
+    frontier = np.flatnonzero(~required)
+    deg_all = np.diff(a.in_ptr)
+    d = 0
+    while len(frontier):
+        d += 1
+        if d > max_levels:
+            return _distance_sweep(g, required)
+        deg = deg_all[frontier]
+        starts = np.repeat(a.in_ptr[frontier] - (np.cumsum(deg) - deg), deg)
+        j = a.in_idx[starts + np.arange(int(deg.sum()), dtype=np.int64)]
+        j = np.unique(j[dist[j] == FAR])  # required and not reached yet
+        dist[j] = d
+        frontier = j
+    return dist
+
+
+def _distance_sweep(g: Graph, required: np.ndarray) -> np.ndarray:
+    """:func:`distances_to_backward` by one sweep against the topological order (users come
+    later): a required node's non-required users are at distance 0."""
+    ptr, users = g._arrays.user_lists
+    dist = [0] * len(g)
+    for i in np.flatnonzero(required)[::-1].tolist():
+        us = users[ptr[i]:ptr[i + 1]]
+        if us:
+            d = min(map(dist.__getitem__, us)) + 1
+            dist[i] = d if d < FAR else FAR
+        else:
+            dist[i] = FAR
+    return np.array(dist, dtype=np.int64)
 
 
 _RANDOM, _COMPUTE, _REDUCTION = (CATEGORIES.index(c) for c in ("random", "compute", "reduction"))
@@ -351,12 +383,13 @@ def _read_by_backward(g: Graph, saved: list[str]) -> list[str]:
     """The saved values that the backward reads (or returns) when ``saved`` is the saved set."""
     work = backward_work(g, saved)
     a = g._arrays
-    ins = g.input_indices
     index = g._index
-    readers = np.flatnonzero(~a.forward | a.backward_output).tolist() + [index[c] for c in work.computed]
-    read = {j for i in readers for j in ins[i]}
-    demand = a.backward_output
-    return [s for s in saved if index[s] in read or demand[index[s]]]
+    reader = ~a.forward | a.backward_output
+    reader[[index[c] for c in work.computed]] = True
+    read = np.zeros(a.n, dtype=bool)
+    read[a.in_idx[np.repeat(reader, np.diff(a.in_ptr))]] = True
+    keep = (read | a.backward_output).tolist()
+    return [s for s in saved if keep[index[s]]]
 
 
 def cut_cost(g: Graph, saved, mode: str = "conservative") -> int:
