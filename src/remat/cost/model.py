@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from ..graph.graph import CATEGORIES, Graph, Node
+from . import pricing
 
 _REDUCTION = CATEGORIES.index("reduction")
 
@@ -100,6 +101,24 @@ class DeviceProfile:
         ``bandwidth``)."""
         return curve_rate(self.bandwidth_curve, nbytes) if self.bandwidth_curve else self.bandwidth
 
+    def rates(self, flops: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+        """:meth:`rate` of each call: ``flops[i]`` of kind ``kinds[i]`` (the codes of
+        :func:`remat.cost.pricing.kernel_kinds`), bit for bit."""
+        out = np.full(len(flops), float(self.peak_flops))
+        if self.matmul_curve:  # a convolution without a curve of its own reads the matmul's
+            on = kinds == pricing.MATMUL if self.conv_curve else kinds != pricing.OTHER
+            out[on] = pricing.curve_rates(self.matmul_curve, flops[on])
+        if self.conv_curve:
+            on = kinds == pricing.CONV
+            out[on] = pricing.curve_rates(self.conv_curve, flops[on])
+        return out
+
+    def moved_rates(self, nbytes: np.ndarray) -> np.ndarray:
+        """:meth:`moved_rate` of each op moving ``nbytes[i]``, bit for bit."""
+        if self.bandwidth_curve:
+            return pricing.curve_rates(self.bandwidth_curve, nbytes)
+        return np.full(len(nbytes), float(self.bandwidth))
+
 
 def curve_rate(curve: Curve, flops: float) -> float:
     """The rate of ``curve`` at ``flops``: linear in log(flops) -> log(rate) between its
@@ -116,8 +135,7 @@ def curve_rate(curve: Curve, flops: float) -> float:
     return float(curve[-1][1])  # not reached
 
 
-ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
-            "bool": 1, "int8": 1, "uint8": 1}
+ITEMSIZE = pricing.ITEMSIZE
 """Bytes per element by dtype name (others: 4)."""
 
 
@@ -264,22 +282,48 @@ class CostModel:
     per_op: bool = False
 
     def op_costs(self, g: Graph) -> list[float]:
-        """Additive cost ``C_i`` of computing each node once (0 for primals and tangents)."""
-        return g._derived(("op_costs", self.device), self._op_costs)
+        """Additive cost ``C_i`` of computing each node once (0 for primals and tangents): its
+        profiled ``cost`` where it has one; a view's arithmetic and ``view_fixed``; any other
+        op's ``max(arithmetic, (output + input bytes) / moved_rate) + op_fixed``."""
+        return g._derived(("op_costs", self.device), lambda g: self.op_cost_array(g).tolist())
+
+    def op_cost_array(self, g: Graph) -> np.ndarray:
+        """:meth:`op_costs` as a float64 array (read-only), priced for all nodes at once."""
+        dev = self.device
+
+        def costs(g: Graph) -> np.ndarray:
+            a = g._arrays
+            arith = self.arithmetic_array(g)
+            moved = pricing.moved_bytes(g)
+            traffic = np.zeros(a.n)
+            np.divide(moved, dev.moved_rates(moved), out=traffic, where=moved != 0)
+            out = np.maximum(arith, traffic) + dev.op_fixed
+            out[a.view] = arith[a.view] + dev.view_fixed  # a view moves nothing; op by op it is still a call
+            out[pricing.placeholders(g)] = 0.0
+            profiled = ~np.isnan(a.cost)
+            out[profiled] = a.cost[profiled]
+            return out
+        return g._derived(("op_cost_array", dev), costs)
 
     def arithmetic(self, g: Graph) -> list[float]:
         """Seconds of each node's arithmetic: its FLOPs at the rate a call of its size reaches
         (:meth:`DeviceProfile.rate`; a matmul or convolution split in n parts runs each part
-        at its smaller size's rate)."""
+        at its smaller size's rate), plus ``element_seconds`` per element it computes or
+        reduces (:func:`elements`)."""
+        return g._derived(("arithmetic", self.device), lambda g: self.arithmetic_array(g).tolist())
+
+    def arithmetic_array(self, g: Graph) -> np.ndarray:
+        """:meth:`arithmetic` as a float64 array (read-only), priced for all nodes at once."""
         dev = self.device
 
-        def seconds(g: Graph) -> list[float]:
-            out = [n.flops / dev.rate(n.flops, kernel_kind(n)) if n.flops else 0.0 for n in g.nodes]
+        def seconds(g: Graph) -> np.ndarray:
+            flops = g._arrays.flops
+            out = np.zeros(len(flops))
+            np.divide(flops, dev.rates(flops, pricing.kernel_kinds(g)), out=out, where=flops != 0)
             if dev.element_seconds:
-                for i, n in enumerate(g.nodes):
-                    out[i] += dev.element_seconds * elements(g, n)
+                out = out + dev.element_seconds * pricing.element_counts(g)
             return out
-        return g._derived(("arithmetic", dev), seconds)
+        return g._derived(("arithmetic_array", dev), seconds)
 
     def uses_additive_time(self, g: Graph) -> bool:
         """Whether a schedule's time is the sum of its computes' :meth:`op_costs`: the graph
@@ -298,9 +342,22 @@ class CostModel:
 
     def _workspace(self, g: Graph) -> list[int]:
         f = self.device.conv_workspace
-        out = [int(n.bytes) if n.meta and n.meta.get("container") and not n.meta.get("alias_of")
-               else 0 for n in g.nodes]  # a split's items are views: nothing allocated
-        for i, n in enumerate(g.nodes):
+        nodes, a = g.nodes, g._arrays
+        out = [0] * len(nodes)
+        for i in a.meta_nodes:
+            m = nodes[i].meta
+            if m.get("container") and not m.get("alias_of"):  # a split's items are views: nothing allocated
+                out[i] = int(nodes[i].bytes)
+        # only nodes with a mark, or an op that holds temporaries, can hold a workspace
+        ops = set(a.ops)
+        special = {op for op in ops if op in EAGER_TEMPORARIES} if not self.fused_memory else set()
+        if f:
+            special |= {op for op in ops if op.startswith("convolution")}
+        marks = [i for i in a.meta_nodes if "workspace" in nodes[i].meta]
+        if special:
+            marks += [i for i, op in enumerate(a.ops) if op in special]
+        for i in sorted(set(marks)):
+            n = nodes[i]
             if n.meta and "workspace" in n.meta:
                 out[i] += int(n.meta["workspace"])
             elif not self.fused_memory and n.op in EAGER_TEMPORARIES:
@@ -316,7 +373,9 @@ class CostModel:
         return out
 
     def uses_profiled_costs(self, g: Graph) -> bool:
-        return any(n.cost is not None for n in g.nodes if not n.is_primal)
+        """Whether a node other than a primal carries a profiled ``cost``."""
+        a = g._arrays
+        return bool((~np.isnan(a.cost) & ~a.primal).any())
 
     def seconds(self, compute_cost: float, traffic_bytes: int, arithmetic: float = 0.0,
                 kernels: int = 0, g: Graph | None = None) -> float:
@@ -327,24 +386,6 @@ class CostModel:
         if self.per_op or g is not None and self.uses_profiled_costs(g):
             return compute_cost
         return arithmetic + traffic_bytes / self.device.bandwidth + kernels * self.device.launch_seconds
-
-    def _op_costs(self, g: Graph) -> list[float]:
-        a = g._arrays
-        ins = g.input_indices
-        dev = self.device
-        arith = self.arithmetic(g)
-        out = []
-        for i, n in enumerate(g.nodes):
-            if n.is_primal or n.role == "tangent" and not n.inputs:
-                out.append(0.0 if n.cost is None else float(n.cost))
-            elif n.cost is not None:
-                out.append(float(n.cost))
-            elif n.category == "view":  # a view moves nothing; op by op it is still a call
-                out.append(arith[i] + dev.view_fixed)
-            else:
-                moved = int(a.bytes[i]) + sum(int(a.bytes[j]) for j in ins[i])
-                out.append(max(arith[i], moved / dev.moved_rate(moved) if moved else 0.0) + dev.op_fixed)
-        return out
 
 
 def materialized(g: Graph) -> np.ndarray:
@@ -395,8 +436,12 @@ def inductor_kernels(g: Graph) -> np.ndarray:
 def marked(g: Graph, key: str) -> np.ndarray:
     """Which nodes capture marked ``meta[key]`` (``"inductor_kernel"``, ``"unrolled"``,
     ``"copied_view"``, ``"scatters_into_copy"``), derived once per graph."""
-    return g._derived(("marked", key), lambda g: np.array(
-        [bool(n.meta and n.meta.get(key)) for n in g.nodes], dtype=bool))
+    def marks(g: Graph) -> np.ndarray:
+        out = np.zeros(len(g), dtype=bool)
+        nodes = g.nodes
+        out[[i for i in g._arrays.meta_nodes if nodes[i].meta.get(key)]] = True
+        return out
+    return g._derived(("marked", key), marks)
 
 
 def memory_materialized(g: Graph) -> np.ndarray:
@@ -413,18 +458,27 @@ def storage(g: Graph) -> tuple[list[int], list[int]]:
     base's storage, unless inductor copies it (``meta["copied_view"]``); a tuple
     (``meta["container"]``) holds none of its own (its items do).
     Graphs without these marks (Checkmate's) give every value its own storage."""
-    return g._derived("storage", _storage)
+    return g._derived("storage", lambda g: tuple(x.tolist() for x in storage_arrays(g)))
 
 
-def _storage(g: Graph) -> tuple[list[int], list[int]]:
-    owner = list(range(len(g)))
-    nbytes = [int(n.bytes) for n in g.nodes]
-    for i, n in enumerate(g.nodes):
-        base = n.meta.get("alias_of") if n.meta else None
-        if base is not None and base in g and not n.meta.get("copied_view"):
-            owner[i] = owner[g.index(base)]
+def storage_arrays(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`storage` as arrays (read-only): ``owner`` int64, ``nbytes`` as
+    :attr:`GraphArrays.bytes <remat.graph.graph.GraphArrays>` (int64, or Python ints)."""
+    return g._derived("storage_arrays", _storage)
+
+
+def _storage(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    a = g._arrays
+    owner = np.arange(a.n, dtype=np.int64)
+    nbytes = a.bytes.copy()
+    nodes, index = g.nodes, g._index
+    for i in a.meta_nodes:  # in graph order: a view's base has its owner before the view
+        m = nodes[i].meta
+        base = m.get("alias_of")
+        if base is not None and base in index and not m.get("copied_view"):
+            owner[i] = owner[index[base]]
             nbytes[i] = 0
-        elif n.meta and n.meta.get("container"):
+        elif m.get("container"):
             nbytes[i] = 0
     return owner, nbytes
 
@@ -448,5 +502,6 @@ def default_cost_model(g: Graph | None = None) -> CostModel:
 
 def constant_bytes(g: Graph) -> int:
     """Bytes of the inputs and parameters, counted as the simulator does (per storage)."""
-    owner, sizes = storage(g)
-    return int(sum(sizes[i] for i, n in enumerate(g.nodes) if n.is_primal and owner[i] == i))
+    owner, sizes = storage_arrays(g)
+    own = g._arrays.primal & (owner == np.arange(len(owner)))
+    return int(sizes[own].sum()) if own.any() else 0

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...cost.model import library_calls, library_read, marked, memory_materialized, profile_for_graph, storage
+import numpy as np
+
+from ...cost.model import (library_calls, library_read, marked, memory_materialized, profile_for_graph,
+                          storage_arrays)
 from ...graph.graph import Graph
 from ..schedule import Schedule
 
@@ -202,8 +205,18 @@ def readers(schedule: Schedule, g: Graph) -> list[int]:
 def tuple_items(g: Graph) -> list[bool]:
     """Items of a tuple in a storage of their own: buffers their op writes (a convolution
     backward's input gradient; a var_mean's mean and variance are two)."""
-    def items(g: Graph) -> list[bool]:
-        ins, owner = g.input_indices, storage(g)[0]
-        container = [bool(n.meta and n.meta.get("container")) for n in g.nodes]
-        return [len(ins[i]) == 1 and container[ins[i][0]] and owner[i] == i for i in range(len(g))]
-    return g._derived("tuple_items", items)
+    return g._derived("tuple_items", lambda g: tuple_item_array(g).tolist())
+
+
+def tuple_item_array(g: Graph) -> np.ndarray:
+    """:func:`tuple_items` as a bool array (read-only): a node with one input, a tuple
+    (``meta["container"]``), in a storage of its own."""
+    def items(g: Graph) -> np.ndarray:
+        a = g._arrays
+        owner = storage_arrays(g)[0]
+        container = marked(g, "container")
+        one = np.flatnonzero(np.diff(a.in_ptr) == 1)
+        out = np.zeros(a.n, dtype=bool)
+        out[one] = container[a.in_idx[a.in_ptr[one]]] & (owner[one] == one)
+        return out
+    return g._derived("tuple_item_array", items)

@@ -31,5 +31,6 @@ def layout_copies(schedule: Schedule, g: Graph) -> dict[int, int]:
 
 def layout_sizes(g: Graph) -> dict[int, int]:
     """``{input: bytes}`` of the channels-last copies (empty for most graphs)."""
+    nodes = g.nodes
     return g._derived("layout_copy_sizes", lambda g: {
-        i: int(n.meta["layout_copy"]) for i, n in enumerate(g.nodes) if n.meta and n.meta.get("layout_copy")})
+        i: int(nodes[i].meta["layout_copy"]) for i in g._arrays.meta_nodes if nodes[i].meta.get("layout_copy")})

@@ -24,21 +24,34 @@ transient only the outputs no getitem names (:func:`tuple_workspace`).
 
 from __future__ import annotations
 
-from ...cost.model import CostModel, storage
-from ...graph.graph import Graph
-from .fusion import tuple_items
+import numpy as np
+
+from ...cost.model import CostModel, storage_arrays
+from ...graph.graph import _ROLE_CODE, Graph
+from .fusion import tuple_item_array
+
+
+def item_table(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """``(items, tuples)``: every item (a getitem in a storage of its own), ascending, and the
+    tuple it is an item of, once per graph."""
+    def table(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+        a = g._arrays
+        items = np.flatnonzero(tuple_item_array(g))
+        return items, a.in_idx[a.in_ptr[items]]
+    return g._derived("simulator_item_table", table)
 
 
 def items_of(g: Graph) -> list[tuple[int, ...]]:
     """For each node, the items (getitems in a storage of their own) of the tuple it is; ``()``
     for every other node."""
     def items(g: Graph) -> list[tuple[int, ...]]:
-        out: list[list[int]] = [[] for _ in range(len(g))]
-        ins = g.input_indices
-        for j, is_item in enumerate(tuple_items(g)):
-            if is_item:
-                out[ins[j][0]].append(j)
-        return [tuple(x) for x in out]
+        out: list[tuple[int, ...]] = [()] * len(g)
+        its: dict[int, list[int]] = {}
+        for j, c in zip(*(x.tolist() for x in item_table(g))):
+            its.setdefault(c, []).append(j)
+        for c, js in its.items():
+            out[c] = tuple(js)
+        return out
     return g._derived("simulator_tuple_items", items)
 
 
@@ -47,11 +60,15 @@ def tuple_workspace(g: Graph, cm: CostModel) -> list[int]:
     stays transient: a convolution's scratch, outputs no getitem names)."""
     def work(g: Graph) -> list[int]:
         w = list(cm.workspace(g))
-        sizes = storage(g)[1]
-        for c, its in enumerate(items_of(g)):
-            if its:
-                held = min(sum(sizes[j] for j in its), int(g.nodes[c].bytes))
-                w[c] = max(0, w[c] - held)
+        items, tuples = item_table(g)
+        if len(items):
+            sizes = storage_arrays(g)[1]
+            nbytes = g._arrays.bytes
+            held: dict[int, int] = {}
+            for j, c in zip(items.tolist(), tuples.tolist()):
+                held[c] = held.get(c, 0) + int(sizes[j])
+            for c, h in held.items():
+                w[c] = max(0, w[c] - min(h, int(nbytes[c])))
         return w
     return g._derived(("simulator_tuple_workspace", cm.device, cm.fused_memory), work)
 
@@ -62,6 +79,15 @@ def root_tangents(g: Graph) -> list[bool]:
     its storage stays allocated to the step's end whatever the schedule frees. A step of T5
     or GPT-2 whose peak came after the loss gradient's free measured 4 bytes over its
     prediction."""
-    def roots(g: Graph) -> list[bool]:
-        return [n.role == "tangent" and n.shape is not None and len(n.shape) == 0 for n in g.nodes]
-    return g._derived("simulator_root_tangents", roots)
+    return g._derived("simulator_root_tangents", lambda g: root_tangent_array(g).tolist())
+
+
+def root_tangent_array(g: Graph) -> np.ndarray:
+    """:func:`root_tangents` as a bool array (read-only)."""
+    def roots(g: Graph) -> np.ndarray:
+        out = np.zeros(len(g), dtype=bool)
+        nodes = g.nodes
+        tangents = np.flatnonzero(g._role_code == _ROLE_CODE["tangent"]).tolist()
+        out[[i for i in tangents if nodes[i].shape is not None and len(nodes[i].shape) == 0]] = True
+        return out
+    return g._derived("simulator_root_tangent_array", roots)

@@ -27,12 +27,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...cost.model import CostModel, constant_bytes, materialized, storage
+from ...cost.model import CostModel, constant_bytes, materialized, storage_arrays
 from ...graph.graph import Graph
 from ..schedule import (Schedule, codes_of, dropped_outputs, gc_paused, kept_to_end, never_recomputed, required_nodes,
                         statement_codes)
 from .layout import layout_sizes
-from .tuples import items_of, root_tangents, tuple_workspace
+from .tuples import item_table, root_tangent_array, tuple_workspace
 from .result import SimResult
 
 
@@ -130,7 +130,7 @@ def _memory(g: Graph, cm: CostModel, node, is_free, comp_k, comp_i, n_st: int):
     owner, sizes = _storage_arrays(g)
     o = owner[node]
     delta = np.where(is_free, -1, 1)
-    roots = g._derived(("vectorised", "root_tangents"), lambda g: np.asarray(root_tangents(g), dtype=bool))
+    roots = root_tangent_array(g)
     if roots.any():  # a loss's gradient: held by autograd to the step's end (.tuples)
         delta[is_free & roots[node]] = 0
     at_k = np.arange(n_st, dtype=np.int64)
@@ -189,8 +189,8 @@ def _totals(g: Graph, cm: CostModel, is_free, comp_i, reads):
     ends = np.cumsum(np.bincount(q, minlength=n_c))
     mat_c = mat[comp_i].astype(np.int64)
     traffic = raw[comp_i] * mat_c + cum[ends] - cum[np.concatenate(([0], ends[:-1]))]
-    op_cost = _floats(g, ("op_costs", cm.device), lambda: cm.op_costs(g))[comp_i]
-    arith = np.cumsum(_floats(g, ("arithmetic", cm.device), lambda: cm.arithmetic(g))[comp_i])
+    op_cost = cm.op_cost_array(g)[comp_i]
+    arith = np.cumsum(cm.arithmetic_array(g)[comp_i])
     if _additive(g, cm):
         dt = op_cost
     else:
@@ -252,16 +252,12 @@ def _additive(g: Graph, cm: CostModel) -> bool:
     return cm.per_op or g._derived(("vectorised", "profiled"), cm.uses_profiled_costs)
 
 
-def _floats(g: Graph, key, values) -> np.ndarray:
-    """``values()`` as floats, once per graph (and key)."""
-    return g._derived(("vectorised", key), lambda g: np.asarray(values(), dtype=np.float64))
-
-
 def _storage_arrays(g: Graph):
+    """:func:`storage_arrays`, the sizes as int64."""
     def arrays(g: Graph):
-        owner, sizes = storage(g)
-        return np.asarray(owner, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
-    return g._derived("storage_arrays", arrays)
+        owner, sizes = storage_arrays(g)
+        return owner, sizes.astype(np.int64, copy=False)
+    return g._derived(("vectorised", "storage_arrays"), arrays)
 
 
 def _workspace(g: Graph, cm: CostModel) -> np.ndarray:
@@ -274,12 +270,12 @@ def _tuple_events(g: Graph, node: np.ndarray, is_free: np.ndarray):
     tuple's compute, released at its free (the eager compiler's interpreter holds the tuple,
     and so every item, until its last getitem); None in a graph without tuples."""
     def table(g: Graph):
-        its = items_of(g)
-        counts = np.fromiter((len(x) for x in its), dtype=np.int64, count=len(its))
-        if not counts.any():
+        items, tuples = item_table(g)
+        if not len(items):
             return None
+        counts = np.bincount(tuples, minlength=len(g))
         ptr = np.concatenate(([0], np.cumsum(counts)))
-        flat = np.fromiter((j for x in its for j in x), dtype=np.int64, count=int(ptr[-1]))
+        flat = items[np.argsort(tuples, kind="stable")]  # per tuple, its items ascending
         return counts, ptr, _storage_arrays(g)[0][flat]
     t = g._derived(("vectorised", "tuple_items"), table)
     if t is None:
