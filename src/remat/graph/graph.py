@@ -238,10 +238,14 @@ class GraphArrays:
         # long-lived containers sets off the cyclic garbage collector over the whole heap.
         nodes = g.nodes
         n = self.n = len(nodes)
-        # every field the passes read, in one pass over the nodes (one attribute getter for
-        # them all costs a third of one per field), then a column per field
+        # every field the passes read, in one pass over the nodes, then a column per field: a
+        # comprehension's attribute reads are specialized, half the time of an attrgetter's,
+        # and one pass for them all a third of the time of one pass per field
         with _gc_paused():
-            columns = tuple(zip(*map(operator.attrgetter(*_COLUMNS), nodes))) or ((),) * len(_COLUMNS)
+            rows = [(x.name, x.op, x.meta, x.flops, x.cost, x.category, x.bytes, x.fusible, x.must_save,
+                     x.must_recompute, x.can_save, x.is_output, x.backward_output) for x in nodes]
+            columns = tuple(zip(*rows)) or ((),) * len(_COLUMNS)
+            del rows
         col = dict(zip(_COLUMNS, columns))
         del columns
         self.names: list[str] = list(col["name"])
@@ -304,6 +308,7 @@ class GraphArrays:
 
 _COLUMNS = ("name", "op", "meta", "flops", "cost", "category", "bytes", "fusible", "must_save",
             "must_recompute", "can_save", "is_output", "backward_output")
+"""The fields :class:`GraphArrays` reads, in the order of its rows."""
 
 
 @contextmanager
