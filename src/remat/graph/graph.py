@@ -240,21 +240,29 @@ class GraphArrays:
         n = self.n = len(nodes)
         # every field the passes read, in one pass over the nodes, then a column per field: a
         # comprehension's attribute reads are specialized, half the time of an attrgetter's,
-        # and one pass for them all a third of the time of one pass per field
+        # and one pass for them all a third of the time of one pass per field. The rows and
+        # columns are gone before the collector runs again (it would scan them all)
         with _gc_paused():
             rows = [(x.name, x.op, x.meta, x.flops, x.cost, x.category, x.bytes, x.fusible, x.must_save,
                      x.must_recompute, x.can_save, x.is_output, x.backward_output) for x in nodes]
-            columns = tuple(zip(*rows)) or ((),) * len(_COLUMNS)
+            col = dict(zip(_COLUMNS, tuple(zip(*rows)) or ((),) * len(_COLUMNS)))
             del rows
-        col = dict(zip(_COLUMNS, columns))
-        del columns
-        self.names: list[str] = list(col["name"])
-        self.ops: list[str] = list(col["op"])
-        self.meta_nodes: list[int] = list(itertools.compress(range(n), col["meta"]))
-        self.flops = np.array(col["flops"], dtype=np.float64).reshape(n)
-        costs = col["cost"]
-        self.cost = np.full(n, np.nan) if costs.count(None) == n else \
-            np.array([np.nan if c is None else c for c in costs], dtype=np.float64)
+            self.names: list[str] = list(col["name"])
+            self.ops: list[str] = list(col["op"])
+            self.meta_nodes: list[int] = list(itertools.compress(range(n), col["meta"]))
+            self.flops = np.array(col["flops"], dtype=np.float64).reshape(n)
+            costs = col["cost"]
+            self.cost = np.full(n, np.nan) if costs.count(None) == n else \
+                np.array([np.nan if c is None else c for c in costs], dtype=np.float64)
+            self.category = np.fromiter(map(_CATEGORY_CODE.__getitem__, col["category"]), dtype=np.int8, count=n)
+            flags = {name: np.array(col[name], dtype=bool).reshape(n) for name in _COLUMNS[7:]}
+            nbytes = col["bytes"]
+            if sum(nbytes) < self.SAFE_TOTAL_BYTES:
+                self.bytes = np.array(nbytes, dtype=np.int64).reshape(n)
+            else:
+                self.bytes = np.empty(n, dtype=object)
+                self.bytes[:] = nbytes
+            del col, costs, nbytes
 
         lens, in_idx = g._input_lens, g._input_idx  # resolved by the constructor (repeats kept)
         reader = np.repeat(np.arange(n, dtype=np.int64), lens)
@@ -279,26 +287,15 @@ class GraphArrays:
         np.cumsum(np.bincount(in_idx, minlength=n), out=self.user_ptr[1:])
 
         role = g._role_code  # computed by the constructor
-        self.category = np.fromiter(map(_CATEGORY_CODE.__getitem__, col["category"]), dtype=np.int8, count=n)
         self.primal = role <= _ROLE_CODE["param"]
         self.forward = role <= _ROLE_CODE["forward"]
         self.view = self.category == _CATEGORY_CODE["view"]
-
-        def flags(name: str) -> np.ndarray:
-            return np.array(col[name], dtype=bool).reshape(n)
-
-        self.fusible = flags("fusible")
-        self.must_save = flags("must_save")
-        self.must_recompute = flags("must_recompute")
-        self.cannot_save = self.must_recompute | ~flags("can_save")
-        self.is_output = flags("is_output")
-        self.backward_output = flags("backward_output")
-        nbytes = col["bytes"]
-        if sum(nbytes) < self.SAFE_TOTAL_BYTES:
-            self.bytes = np.array(nbytes, dtype=np.int64).reshape(n)
-        else:
-            self.bytes = np.empty(n, dtype=object)
-            self.bytes[:] = nbytes
+        self.fusible = flags["fusible"]
+        self.must_save = flags["must_save"]
+        self.must_recompute = flags["must_recompute"]
+        self.cannot_save = self.must_recompute | ~flags["can_save"]
+        self.is_output = flags["is_output"]
+        self.backward_output = flags["backward_output"]
 
     @cached_property
     def user_lists(self) -> tuple[list[int], list[int]]:
