@@ -163,9 +163,15 @@ class Graph:
     def input_indices(self) -> tuple[tuple[int, ...], ...]:
         """For each node, the indices of its distinct inputs (first occurrences, in order)."""
         a = self._arrays
-        idx, ptr = a.in_idx.tolist(), a.in_ptr.tolist()
+        deg = np.diff(a.in_ptr)
+        out = np.empty(a.n, dtype=object)
         with _gc_paused():  # 10^5 small tuples: the cyclic collector would scan the heap
-            return tuple(map(tuple, map(idx.__getitem__, map(slice, ptr[:-1], ptr[1:]))))
+            for d in np.unique(deg).tolist():  # the nodes of one in-degree at a time
+                rows = np.flatnonzero(deg == d)
+                flat = iter(a.in_idx[(a.in_ptr[rows, None] + np.arange(d)).reshape(-1)].tolist())
+                out[rows] = np.fromiter(zip(*[flat] * d) if d else itertools.repeat((), len(rows)),
+                                        dtype=object, count=len(rows))
+            return tuple(out.tolist())
 
     @property
     def user_indices(self) -> tuple[tuple[int, ...], ...]:
