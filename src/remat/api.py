@@ -52,7 +52,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
       included, within 60% of what PyTorch's own partition peaks at), bytes for the whole step
       (``"6GiB"``, ``6e9``), or ``"min"`` (the least memory remat finds with the step predicted
       at most 2x plain ``torch.compile``'s; ``max_overhead`` sets another bound). Shared among
-      the graphs of a step in the order they run (:mod:`remat.plans.step`). A fraction is a
+      the graphs of a step in the order they run (:mod:`remat.step.budget`). A fraction is a
       target: where no plan reaches it, the step runs at the least memory remat found trying
       (whatever the time), with one
       :class:`remat.RematBudgetWarning` naming the fraction reached and why it cannot go lower
@@ -161,11 +161,11 @@ def _show_signature(compiled: torch.nn.Module, model: torch.nn.Module) -> None:
 
 class _StepChecks:
     """Hooks around each call of a module compiled with a budget
-    (:class:`remat.plans.step.StepBudget`): before it, a byte budget takes off the gradients
-    kept from the step before (:meth:`~remat.plans.step.StepBudget.held_gradients`, with a
+    (:class:`remat.step.budget.StepBudget`): before it, a byte budget takes off the gradients
+    kept from the step before (:meth:`~remat.step.budget.StepBudget.held_gradients`, with a
     warning when plans were made without them); after it, when every graph of the step's
     forward is planned and some missed their shares of a fraction, the whole step is judged
-    (:meth:`~remat.plans.step.StepBudget.verdict`): a warning, or InfeasibleBudgetError."""
+    (:meth:`~remat.step.budget.StepBudget.verdict`): a warning, or InfeasibleBudgetError."""
 
     def __init__(self, model: torch.nn.Module, step) -> None:
         self.params = list(model.parameters())

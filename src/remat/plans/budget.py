@@ -35,15 +35,13 @@ import math
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..cost.model import constant_bytes, default_cost_model
 from ..errors import BudgetError
 from ..graph.graph import Graph
 from .saved_set import backward_work
 from .schedule import Schedule, schedule_from_saved_set
 from .simulator import simulate
-from .stages import lifetime_matrix, schedule_from_rs, staged
+from .stages import lifetime_spans, schedule_from_rs, staged
 
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -184,7 +182,7 @@ def reference_schedule(g: Graph) -> Schedule:
         if simulate(s, default_cost_model(g), kernel_groups=False, timeline=False).valid:
             return s
     st = staged(g)
-    return schedule_from_rs(st, np.eye(st.n, dtype=bool), lifetime_matrix(st))
+    return schedule_from_rs(st, None, lifetime_spans(st))  # computed once each: linear in nodes
 
 
 def _reference(g: Graph):

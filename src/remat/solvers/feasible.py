@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import numpy as np
-
 from ..cost.model import CostModel
 from ..graph.graph import Graph
 from ..plans.budget import reference_name, reference_peak
 from ..plans.plan import Plan
 from ..plans.simulator import simulate
-from ..plans.stages import schedule_from_rs, solve_r, staged
+from ..plans.stages import Spans, schedule_from_rs, solve_r, staged
 from .baselines import BASELINES
 from .deadline import Deadline
 
@@ -92,7 +90,7 @@ def _cheapest_schedules(g: Graph, clock: Deadline) -> tuple[tuple[int, str], boo
             run(name)
     st = staged(g)  # recompute-all: its schedule is quadratic in the stages (0.6 s on 510)
     if clock.limit is None or clock.left() >= RECOMPUTE_ALL_SECONDS_PER_STAGE2 * st.n ** 2:
-        S = np.zeros((st.n, st.n), dtype=bool)
+        S = Spans.empty(st.n)  # nothing held: each stage recomputes what it needs (no n x n matrix)
         best = min(best, (simulate(schedule_from_rs(st, solve_r(st, S), S)).peak_bytes, "recompute-all"))
     for name in BASELINES:
         if name not in FIXED and not clock.expired():
