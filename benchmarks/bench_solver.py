@@ -6,7 +6,11 @@ run, alternating, the median of ``--repeats`` runs after ``--warmup``:
 
   - ``solve``: ``remat.solve(g, "mincut-<mode>")``, what a user calls: the min cut, the Plan,
     then the judge every solver passes (the saved set lowered to a Schedule, replayed by the
-    simulator: valid, peak, predicted time);
+    simulator: valid, peak, predicted time), on a graph solved before (warm: the graph's
+    derived tables, prices and analysis built);
+  - ``cold_solve``: the same call on a fresh graph, rebuilt from the same nodes before each
+    run (the build not timed), so it builds every table it reads: what the first solve of a
+    captured graph costs. ``cold / warm`` is their ratio;
   - its parts, called one after another on the same graph: ``mincut``: ``mincut(g, mode)``
     (analysis, flow network, the three max-flows of the lexicographic tie-break, the cut,
     the Plan); ``schedule``: ``schedule_from_saved_set`` on its saved set; ``simulate``:
@@ -16,7 +20,8 @@ run, alternating, the median of ``--repeats`` runs after ``--warmup``:
     infinite arcs left without a capacity attribute (networkx's infinity). Building the
     networkx graph is not timed. Both must find the same minimum cut value (asserted).
 
-``nx / solve`` is networkx's median over remat's whole solve's, both from this run.
+``nx / solve`` and ``nx / cold`` are networkx's median over remat's whole warm and cold
+solve's, all from this run.
 
     python benchmarks/bench_solver.py                    # 50,000 nodes, both modes
     python benchmarks/bench_solver.py --sizes 5000 50000 --repeats 9
@@ -44,8 +49,8 @@ from remat.solvers.mincut.maxflow import INF
 from remat.solvers.mincut.mincut import MODES, analyse, cut_cost, flow_network, mincut
 
 NX_FLOW_FUNCS = {"preflow_push": preflow_push, "shortest_augmenting_path": shortest_augmenting_path}
-COLUMNS = ["nodes", "arcs", "mode", "solve_ms", "mincut_ms", "schedule_ms", "simulate_ms", "judge_per_mincut",
-           "cold_solve_ms", "nx_preflow_ms", "nx_per_solve", "nx_per_mincut"]
+COLUMNS = ["nodes", "arcs", "mode", "solve_ms", "cold_solve_ms", "cold_per_warm", "mincut_ms", "schedule_ms",
+           "simulate_ms", "judge_per_mincut", "nx_preflow_ms", "nx_per_solve", "nx_per_cold", "nx_per_mincut"]
 
 
 def networkx_network(net) -> nx.DiGraph:
@@ -64,32 +69,34 @@ def _clock(fn):
 
 
 def bench_remat(g: Graph, mode: str, repeats: int, warmup: int) -> dict:
-    """Medians (ms) of the whole solve and of its parts, measured alternately in one loop."""
+    """Medians (ms) of the whole solve, cold and warm, and of its parts, measured alternately
+    in one loop."""
     cm = default_cost_model(g)
-    parts: dict[str, list[float]] = {"solve": [], "mincut": [], "schedule": [], "simulate": []}
+    parts: dict[str, list[float]] = {"solve": [], "cold": [], "mincut": [], "schedule": [], "simulate": []}
     for k in range(warmup + repeats):
+        fresh = Graph(g.nodes, name=g.name, meta=g.meta)  # no derived tables, prices nor analysis
+        gc.collect()
+        t_cold, cold = _clock(lambda: solve(fresh, f"mincut-{mode}", cost_model=cm))
+        del fresh
         gc.collect()
         t_solve, plan = _clock(lambda: solve(g, f"mincut-{mode}", cost_model=cm))
         t_cut, cut = _clock(lambda: mincut(g, mode))
         t_sched, sched = _clock(lambda: schedule_from_saved_set(g, cut.saved_names))
         t_sim, sim = _clock(lambda: simulate(sched, cm))
         if k >= warmup:
-            for name, t in zip(parts, (t_solve, t_cut, t_sched, t_sim)):
+            for name, t in zip(parts, (t_solve, t_cold, t_cut, t_sched, t_sim)):
                 parts[name].append(t)
     assert cut_cost(g, plan.saved_names, mode) == plan.cost, "plan cost is not its saved set's cost"
     assert sim.valid and sim.peak_bytes == plan.peak_bytes, "the judge and the simulator disagree"
-    cold = []
-    for _ in range(max(1, min(repeats, 3))):
-        fresh = Graph(g.nodes, name=g.name)  # no cached structure: analysis, tables, arrays
-        gc.collect()
-        cold.append(_clock(lambda: solve(fresh, f"mincut-{mode}", cost_model=cm))[0])
+    assert (cold.saved_names, cold.peak_bytes, cold.predicted_seconds) == \
+        (plan.saved_names, plan.peak_bytes, plan.predicted_seconds), "a cold solve planned otherwise"
     med = {name: statistics.median(ts) * 1e3 for name, ts in parts.items()}
     return {
         "solve_ms": med["solve"], "mincut_ms": med["mincut"], "schedule_ms": med["schedule"],
         "simulate_ms": med["simulate"],
         "judge_per_mincut": statistics.median((a + b) / c for a, b, c in
                                               zip(parts["schedule"], parts["simulate"], parts["mincut"])),
-        "cold_solve_ms": statistics.median(cold) * 1e3,
+        "cold_solve_ms": med["cold"], "cold_per_warm": med["cold"] / med["solve"],
         "cut_value": int(plan.cost), "saved": len(plan.saved), "recomputed": len(plan.recomputed),
         "statements": len(sched.statements), "peak_bytes": int(plan.peak_bytes),
         "flow_vertices": plan.details["flow_vertices"], "arcs": plan.details["flow_arcs"],
@@ -124,7 +131,7 @@ def arguments(ap) -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[50000])
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=7, help="timed remat runs per graph and mode")
+    ap.add_argument("--repeats", type=int, default=7, help="timed remat runs per graph and mode (cold and warm)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--nx-funcs", nargs="+", choices=list(NX_FLOW_FUNCS), default=["preflow_push"])
     ap.add_argument("--nx-repeats", type=int, default=3)
@@ -147,6 +154,7 @@ def run(args) -> harness.Result:
             if "shortest_augmenting_path" in nx_ms:
                 row["nx_sap_ms"] = nx_ms["shortest_augmenting_path"]
             row["nx_per_solve"] = row["nx_preflow_ms"] / row["solve_ms"] if row["nx_preflow_ms"] else None
+            row["nx_per_cold"] = row["nx_preflow_ms"] / row["cold_solve_ms"] if row["nx_preflow_ms"] else None
             row["nx_per_mincut"] = row["nx_preflow_ms"] / row["mincut_ms"] if row["nx_preflow_ms"] else None
             print(f"{len(g):,} nodes, {mode}: cut value {row['cut_value']} (remat) == networkx; "
                   f"{row['saved']} saved, {row['recomputed']} recomputed, {row['statements']:,} statements",
@@ -154,7 +162,8 @@ def run(args) -> harness.Result:
             rows.append(row)
     columns = COLUMNS + (["nx_sap_ms"] if "shortest_augmenting_path" in args.nx_funcs else [])
     return harness.Result(rows, meta={"graphs": graphs, "networkx": nx.__version__}, columns=columns,
-                          title="remat solve (min cut + judge) vs networkx minimum_cut, same flow network, median ms")
+                          title="remat solve (min cut + judge), cold and warm, vs networkx minimum_cut, "
+                                "same flow network, median ms")
 
 
 if __name__ == "__main__":
