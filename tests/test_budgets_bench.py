@@ -76,3 +76,54 @@ def test_every_method_on_a_small_model():
             assert r.peak_bytes is not None and r.fraction is not None and r.fd is not None
             assert r.grad_ref is not None and r.grad_eager is not None
     assert all(r.plan_s is not None for r in rows if r.method in ("remat", "knob") and r.status == "ok")
+
+
+def _range_rows(**changes):
+    """A model's rows of the budget range that pass every item-3 check; ``changes``: budget ->
+    fields to change on that row."""
+    R = B.Row
+    rows = [R("m", B.REFERENCE, "-", peak_bytes=100, fraction=1.0, ratio=1.0, first_s=2.0),
+            R("m", "remat", "0.8", 0.8, peak_bytes=79, fraction=0.79, ratio=1.0, predicted=0.79,
+              predicted_time=1.0, first_s=3.0),
+            R("m", "remat", "0.6", 0.6, peak_bytes=61, fraction=0.61, ratio=1.1, predicted=0.6, predicted_time=1.1),
+            R("m", "remat", "0.4", 0.4, peak_bytes=50, fraction=0.5, ratio=1.2, predicted=0.5, predicted_time=1.3,
+              out_of_reach=True, budget_warning="budget '0.4' is out of reach for 'm': the least memory remat "
+                                                "finds ... Its step is predicted 1.3x plain torch.compile's."),
+            R("m", "remat", "min", peak_bytes=50, fraction=0.5, ratio=1.2, predicted=0.5, predicted_time=1.3),
+            R("m", "remat", "overhead 0.1", peak_bytes=60, fraction=0.6, ratio=1.12, predicted=0.6,
+              predicted_time=1.1)]
+    for r in rows:
+        for k, v in changes.get(r.budget, {}).items():
+            setattr(r, k, v)
+    return rows
+
+
+def test_range_checks_pass_on_rows_that_meet_item_3():
+    lines = B.range_checks(_range_rows(), 0.1)
+    assert len(lines) == 6 and all(": yes" in line for line in lines), lines
+    assert "(warned: 0.4 -> 0.500 at 1.20x)" in lines[0]
+
+
+def test_range_checks_name_each_failing_cell():
+    lines = B.range_checks(_range_rows(**{
+        "0.6": dict(peak_bytes=64, fraction=0.64, predicted=0.64),    # missed by 4.7%, not warned
+        "0.4": dict(ratio=1.5, budget_warning="budget '0.4' is out of reach"),  # slower than min, a bare warning
+        "min": dict(peak_bytes=70, fraction=0.7),                     # not the least measured
+        "overhead 0.1": dict(ratio=1.2, predicted=0.65, predicted_time=1.15)}), 0.1)  # slow, dominated by 0.6
+    assert "NO: 0.6 -> 0.640 (predicted 0.640), not warned; 0.4 (the warning names no least" in lines[0]
+    assert "NO: less at 0.6 0.640, 0.4 0.500, overhead 0.1 0.600" in lines[1]
+    assert "<= 1.1 x (1 + 5%): NO (1.20" in lines[2]
+    assert "NO: overhead 0.1 (0.650, 1.15x) by 0.6 (0.640, 1.10x)" in lines[3]
+    assert "NO: 0.4 1.50x" in lines[4]
+    assert "yes" in lines[5]
+    rises = B.range_checks(_range_rows(**{"0.6": dict(peak_bytes=85, fraction=0.85)}), 0.1)[5]
+    assert "NO: 0.8 0.790 -> 0.6 0.850" in rises
+
+
+def test_range_summary_and_table():
+    rows = _range_rows()
+    rows[1].first_ratio = 1.5
+    text = B.range_summary({"m": rows}, [0.8, 0.6, 0.4])
+    assert "| m | 0.79 (1.00x) | 0.61 (1.10x) | 0.50* (1.20x) | 0.50 (1.20x) | 0.60 (1.12x) | 1.50 .. 1.50 |" in text
+    assert "| 0.4 | ok | 0.00 | 0.500 | 0.500 | 1.20 [-, -] | 1.30 | budget, out of reach |" in B.range_table(rows)
+    assert [m.kind for m in B.range_methods([0.5], 0.1)] == [B.REFERENCE, B.NO_RECOMPUTE] + ["remat"] * 4

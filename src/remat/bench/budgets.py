@@ -181,6 +181,11 @@ class Row:
     ratio_max: float | None = None
     plan_s: float | None = None  # remat: sum of plan.solve_seconds; knob/reference: its partition
     compile_s: float | None = None  # the first step minus a steady one
+    first_s: float | None = None  # the first call: compile (capture, planning, lowering) and the first step
+    first_ratio: float | None = None  # first_s / the reference's first_s, both in this run
+    predicted_time: float | None = None  # remat's plans: predicted step time / plain torch.compile's, by remat
+    out_of_reach: bool = False  # remat: some plan runs its least memory, its share of the budget out of reach
+    budget_warning: str = ""  # remat's RematBudgetWarning texts in full, " | "-joined
     graphs: int | None = None  # remat: graphs planned
     solvers: list[str] = field(default_factory=list)
     grad_eager: float | None = None  # max |g - g_eager| / max |g_eager|
@@ -271,6 +276,13 @@ def directional_error(fn: Callable, model: nn.Module, inputs: tuple, dirs: list,
     return max(errs)
 
 
+def _budget_warnings(caught) -> str:
+    """The full texts of remat's budget warnings (what the user reads: the fraction reached,
+    why it cannot go lower, the predicted slowdown)."""
+    texts = [str(w.message).strip() for w in caught if w.category.__name__ == "RematBudgetWarning"]
+    return " | ".join(dict.fromkeys(texts))
+
+
 def _remat_warnings(caught) -> str:
     seen = {}
     for w in caught:
@@ -322,12 +334,16 @@ def measure(case: Case, m: Method, s: Settings, refs: dict, dirs: list) -> Measu
             if str(s.device).startswith("cuda"):
                 torch.cuda.synchronize()
             first = time.perf_counter() - t0
+            row.first_s = first
             if m.kind != "eager":
                 row.plan_s = float(sum(p.solve_seconds for p in plans)) if m.kind in ("remat", NO_RECOMPUTE) \
                     else CLOCK["torch_partition"]
             row.graphs = len(plans) if m.kind in ("remat", NO_RECOMPUTE) else None
             row.solvers = list(dict.fromkeys(p.solver for p in plans))
             row.predicted = predicted_fraction(plans)
+            if m.kind in ("remat", NO_RECOMPUTE):
+                row.predicted_time = predicted_time(plans)
+                row.out_of_reach = any(p.details.get("out_of_reach") is not None for p in plans)
             if m.kind in (REFERENCE, NO_RECOMPUTE):
                 refs[m.kind] = grads_of(model)
             row.grad_eager = grad_rel_err(model, refs.get("eager", []))
@@ -349,6 +365,7 @@ def measure(case: Case, m: Method, s: Settings, refs: dict, dirs: list) -> Measu
             row.status = error_status(e)
             row.note = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-1500:]
         row.warned = _remat_warnings(caught)
+        row.budget_warning = _budget_warnings(caught)
     return out
 
 
@@ -371,6 +388,23 @@ def predicted_fraction(plans: list) -> float | None:
     return above / sum(activation_bytes(p.graph) for p in plans)
 
 
+def predicted_time(plans: list) -> float | None:
+    """remat's predicted step time of its plans over plain torch.compile's partition's (the
+    reference schedule of each graph), summed over graphs; a staged schedule's time counted with
+    its penalty, as the planner bounds it (:func:`remat.solvers.portfolio.bounded_seconds`)."""
+    from remat.cost.model import default_cost_model
+    from remat.solvers.magis.search import reference_seconds
+    from remat.solvers.portfolio import bounded_seconds
+
+    if not plans or any(p.graph is None or p.predicted_seconds is None for p in plans):
+        return None
+    try:
+        ref = sum(reference_seconds(p.graph, default_cost_model(p.graph)) for p in plans)
+        return sum(bounded_seconds(p) for p in plans) / ref if ref > 0 else None
+    except Exception:  # noqa: BLE001 - a column, not the row: no reference step to divide by
+        return None
+
+
 def _smallest_fraction(e) -> float | None:
     from remat.plans.budget import activation_bytes, resident_bytes
 
@@ -383,11 +417,19 @@ def _smallest_fraction(e) -> float | None:
 # -- one model ------------------------------------------------------------------------------------
 
 def run_model(case: Case, ms: list[Method], s: Settings, repeats: int = 5,
-              on_row: Callable[[Row], None] | None = None) -> list[Row]:
-    """Every method on ``case``, then one alternating timing loop; rows in ``ms``'s order."""
+              on_row: Callable[[Row], None] | None = None, *, warm: bool = False) -> list[Row]:
+    """Every method on ``case``, then one alternating timing loop; rows in ``ms``'s order.
+    ``warm``: one plain torch.compile step of a copy first, thrown away, so that the first
+    method's first call does not pay alone for what dynamo keeps across compiles of the same
+    code (the first-call ratios: a Mixtral's first plain compile took 10.1 s, remat's first
+    call after it 4.0 s)."""
     ref = copy.deepcopy(case.model)
     make_step(ref, ref, copy_inputs(case.inputs), seed=s.seed)()
     refs = {"eager": grads_of(ref)}
+    if warm:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            make_step(plain_compile(ref, s.compiler), ref, copy_inputs(case.inputs), seed=s.seed)()
     del ref
     dirs = directions(case.model, s.fd_directions) if s.fd_directions else []
     done: list[Measured] = []
@@ -405,6 +447,8 @@ def run_model(case: Case, ms: list[Method], s: Settings, repeats: int = 5,
     for v in done:
         if ref_row is not None and ref_row.peak_bytes and v.row.peak_bytes is not None:
             v.row.fraction = v.row.peak_bytes / ref_row.peak_bytes
+        if ref_row is not None and ref_row.first_s and v.row.first_s is not None:
+            v.row.first_ratio = v.row.first_s / ref_row.first_s
     steps = {str(i): v.step for i, v in enumerate(done) if v.step is not None}
     if steps and "0" in steps and ref_row is not None:
         times = step_time(steps, repeats=repeats, warmup=2, device=s.device)
@@ -528,3 +572,196 @@ def capture(case: Case, budgets: list[float], out) -> None:
                 save_graph(p.graph, out / f"{case.name}_graph{k}.json")
             print(f"{case.name}: {len(plans)} graph(s), {[len(p.graph) for p in plans]} nodes", flush=True)
     (out / f"{case.name}_knob.json").write_text(json.dumps(plans_by_budget, default=str))
+
+
+# -- the budget range (benchmarks/budget_range.py, issue 39) ------------------------------------------
+
+RANGE_PEAK_TOL = 0.02  # issue 39: a fraction is met at measured <= f x the reference's measured peak, plus 2%
+RANGE_TIME_TOL = 0.05  # a measured step ratio within 5% of its bound (max_overhead; min's, out of reach)
+RANGE_COLUMNS = ("budget", "status", "peak MiB", "fraction", "predicted", "step ratio [min, max]", "predicted time",
+                 "warned", "first-call ratio", "first call s", "plan s", "grad vs ref", "fd check", "solvers")
+
+
+def range_methods(fractions: list[float], max_overhead: float | None = 0.1, *, gradients: bool = True) -> list[Method]:
+    """The rows of one model of the budget range: the reference, ``no-recompute`` (the gradient
+    reference of remat's rows; ``gradients=False`` leaves it out), remat at no budget, at each
+    fraction, at ``"min"`` and at ``max_overhead``; no knob, no eager row."""
+    ms = methods(fractions, [], eager=False, least=True, max_overhead=max_overhead)
+    return [m for m in ms if gradients or m.kind != NO_RECOMPUTE]
+
+
+def _is_budget_warning(r: Row) -> bool:
+    return bool(r.budget_warning) or "RematBudgetWarning" in r.warned
+
+
+def range_table(rows: list[Row]) -> str:
+    """A Markdown table of one model's rows of the budget range: measured fraction of plain
+    torch.compile's peak, remat's predicted fraction, step ratio (measured and predicted),
+    whether remat warned (``budget``: a RematBudgetWarning, ``out of reach``: a plan runs its
+    least memory), and the first call over plain torch.compile's first call."""
+    out = ["| " + " | ".join(RANGE_COLUMNS) + " |", "|" + "---|" * len(RANGE_COLUMNS)]
+    for r in rows:
+        label = r.budget if r.method == "remat" else r.method
+        status = r.status if r.status == "ok" or r.status.startswith("refused") else r.status[:80]
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f} [{fmt(r.ratio_min)}, {fmt(r.ratio_max)}]"
+        warned = ", ".join(x for x in ("budget" if _is_budget_warning(r) else "",
+                                       "out of reach" if r.out_of_reach else "",
+                                       ", ".join(dict.fromkeys(w.split(":")[0] for w in r.warned.split("; ")
+                                                               if w and not w.startswith("RematBudgetWarning"))))
+                           if x)
+        out.append("| " + " | ".join((
+            label, status, fmt(None if r.peak_bytes is None else r.peak_bytes / MiB), fmt(r.fraction, "{:.3f}"),
+            fmt(r.predicted, "{:.3f}"), ratio, fmt(r.predicted_time), warned, fmt(r.first_ratio),
+            fmt(r.first_s, "{:.1f}"), fmt(r.plan_s), fmt(r.grad_ref, "{:.1e}"), fmt(r.fd, "{:.1e}"),
+            ",".join(r.solvers) if r.method in ("remat", NO_RECOMPUTE) else "")) + " |")
+    return "\n".join(out)
+
+
+def _dominates(a: Row, b: Row, tol: float = 1e-3) -> bool:
+    """``a``'s plan beats ``b``'s on both predicted peak and predicted time (each by more than
+    ``tol``, a share)."""
+    return (a.predicted < b.predicted * (1 - tol) - 1e-9 and a.predicted_time < b.predicted_time * (1 - tol))
+
+
+def range_checks(rows: list[Row], max_overhead: float | None = 0.1, *, peak_tol: float = RANGE_PEAK_TOL,
+                 time_tol: float = RANGE_TIME_TOL) -> list[str]:
+    """Issue 39's item 3 on one model's rows, one ``- <check>: yes`` or ``- <check>: NO: ...``
+    line each:
+
+    - every fraction is met (measured <= f x the reference's measured peak, plus ``peak_tol``)
+      or warned, with the least and its slowdown (the warning names the fraction reached and
+      the predicted step time);
+    - ``"min"`` is the least measured peak among remat's rows (within ``peak_tol``);
+    - ``max_overhead``'s measured step ratio within ``time_tol`` of its bound ``1 + max_overhead``;
+    - no plan runs that another row's plan beats on both predicted peak and predicted time;
+    - out of reach (a budget warning), the row's measured step no slower than ``"min"``'s
+      (within ``time_tol``);
+    - measured peaks monotone in the fraction (asking for less never gives more, within
+      ``peak_tol``).
+
+    A check with nothing to judge says ``not measured``.
+
+    >>> rows = [Row("m", REFERENCE, "-", peak_bytes=100, fraction=1.0, ratio=1.0),
+    ...         Row("m", "remat", "0.8", 0.8, peak_bytes=80, fraction=0.8, ratio=1.0, predicted=0.8,
+    ...             predicted_time=1.0),
+    ...         Row("m", "remat", "0.6", 0.6, peak_bytes=60, fraction=0.6, ratio=1.1, predicted=0.6,
+    ...             predicted_time=1.1),
+    ...         Row("m", "remat", "min", peak_bytes=50, fraction=0.5, ratio=1.2, predicted=0.5, predicted_time=1.2)]
+    >>> [line.split(":")[1].strip()[:3] for line in range_checks(rows, None)]
+    ['yes', 'yes', 'not', 'yes', 'not', 'yes']
+    """
+    ok = [r for r in rows if r.method == "remat" and r.status == "ok" and r.peak_bytes is not None]
+    by_budget = {r.budget: r for r in ok}
+    least = by_budget.get("min")
+    lines = []
+
+    missed, warned, bad_warning = [], [], []
+    for r in rows:
+        if r.method != "remat" or r.asked is None:
+            continue
+        if r.status != "ok" or r.fraction is None:
+            missed.append(f"{r.budget}: {r.status}")
+            continue
+        if r.fraction <= r.asked * (1 + peak_tol):
+            continue
+        if _is_budget_warning(r) or r.out_of_reach:
+            warned.append(f"{r.budget} -> {r.fraction:.3f} at {fmt(r.ratio)}x")
+            text = r.budget_warning
+            if not text:
+                bad_warning.append(f"{r.budget} (out of reach, no warning recorded)")
+            elif "least memory" not in text or "predicted" not in text:
+                bad_warning.append(f"{r.budget} (the warning names no least or no slowdown)")
+        else:
+            missed.append(f"{r.budget} -> {r.fraction:.3f} (predicted {fmt(r.predicted, '{:.3f}')}), not warned")
+    text = "yes" if not missed and not bad_warning else "NO: " + "; ".join(missed + bad_warning)
+    if warned:
+        text += f" (warned: {', '.join(warned)})"
+    lines.append(f"- every fraction met (<= f x torch.compile's peak, +{peak_tol:.0%}) or warned: {text}")
+
+    if least is None:
+        lines.append("- min the least among remat's rows: not measured")
+    else:
+        below = [f"{r.budget} {r.fraction:.3f}" for r in ok
+                 if r is not least and r.peak_bytes * (1 + peak_tol) < least.peak_bytes]
+        lines.append(f"- min the least among remat's rows (min {fmt(least.fraction, '{:.3f}')}): "
+                     + ("yes" if not below else "NO: less at " + ", ".join(below)))
+
+    over = next((r for r in ok if r.budget.startswith("overhead")), None)
+    if over is None or over.ratio is None or max_overhead is None:
+        lines.append("- max_overhead's step within 5% of its bound: not measured")
+    else:
+        bound = 1 + max_overhead
+        verdict = "yes" if over.ratio <= bound * (1 + time_tol) else "NO"
+        lines.append(f"- max_overhead {max_overhead:g}'s measured step <= {bound:g} x (1 + {time_tol:.0%}): "
+                     f"{verdict} ({over.ratio:.2f} [{fmt(over.ratio_min)}, {fmt(over.ratio_max)}], predicted "
+                     f"{fmt(over.predicted_time)}, fraction {fmt(over.fraction, '{:.3f}')})")
+
+    judged = [r for r in ok if r.predicted is not None and r.predicted_time is not None]
+    dominated = []
+    for r in judged:
+        better = [o for o in judged if o is not r and _dominates(o, r)]
+        if better:
+            o = min(better, key=lambda o: o.predicted)
+            dominated.append(f"{r.budget} ({r.predicted:.3f}, {r.predicted_time:.2f}x) by {o.budget} "
+                             f"({o.predicted:.3f}, {o.predicted_time:.2f}x)")
+    lines.append("- no plan run that another row's beats on predicted peak and time: "
+                 + ("not measured" if len(judged) < 2 else "yes" if not dominated else "NO: " + "; ".join(dominated)))
+
+    reach = [r for r in ok if r.asked is not None and (r.out_of_reach or _is_budget_warning(r))]
+    if not reach or least is None or least.ratio is None:
+        lines.append("- out of reach no slower than min: not measured" + ("" if reach else " (nothing out of reach)"))
+    else:
+        slow = [f"{r.budget} {r.ratio:.2f}x" + (" (min's plan by prediction: timing noise)"
+                                                 if (r.predicted, r.predicted_time) == (least.predicted,
+                                                                                        least.predicted_time) else "")
+                for r in reach if r.ratio is not None and r.ratio > least.ratio * (1 + time_tol)]
+        lines.append(f"- out of reach no slower than min ({least.ratio:.2f}x, +{time_tol:.0%}): "
+                     + ("yes" if not slow else "NO: " + ", ".join(slow))
+                     + f" ({', '.join(f'{r.budget} {fmt(r.ratio)}x' for r in reach)})")
+
+    fr = sorted((r for r in ok if r.asked is not None), key=lambda r: -r.asked)
+    rises = [f"{a.budget} {a.fraction:.3f} -> {b.budget} {b.fraction:.3f}" for a, b in zip(fr, fr[1:])
+             if b.peak_bytes > a.peak_bytes * (1 + peak_tol)]
+    lines.append(f"- measured peak monotone in the fraction (+{peak_tol:.0%}): "
+                 + ("not measured" if len(fr) < 2 else "yes" if not rises else "NO: " + "; ".join(rises)))
+    return lines
+
+
+def range_summary(rows_by_model: dict[str, list[Row]], fractions: list[float]) -> str:
+    """One Markdown row per model: each fraction's measured fraction (step ratio), ``*`` where
+    remat warned, then ``min``, ``max_overhead``, and the first-call ratios (least, greatest)."""
+    labels = [f"{f:g}" for f in fractions]
+    head = ["model"] + labels + ["min", "max_overhead", "first-call ratio [least, greatest]"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rows in rows_by_model.items():
+        remat_rows = {r.budget: r for r in rows if r.method == "remat"}
+
+        def cell_of(r: Row | None) -> str:
+            if r is None:
+                return "-"
+            if r.status != "ok" or r.fraction is None:
+                return r.status[:30]
+            star = "*" if r.asked is not None and (_is_budget_warning(r) or r.out_of_reach) else ""
+            return f"{r.fraction:.2f}{star} ({fmt(r.ratio)}x)"
+
+        over = next((r for b, r in remat_rows.items() if b.startswith("overhead")), None)
+        firsts = [r.first_ratio for r in rows if r.method == "remat" and r.first_ratio is not None]
+        first = f"{min(firsts):.2f} .. {max(firsts):.2f}" if firsts else "-"
+        out.append("| " + " | ".join([name] + [cell_of(remat_rows.get(b)) for b in labels]
+                                     + [cell_of(remat_rows.get("min")), cell_of(over), first]) + " |")
+    return "\n".join(out)
+
+
+def warm_up(compiler: str) -> None:
+    """One plain torch.compile and one remat.compile of a tiny module, so that neither the first
+    model's reference nor its remat rows pay the process's one-time imports in their first call."""
+    import remat
+
+    lin = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.randn(4, 8)
+    for fn in (plain_compile(copy.deepcopy(lin), compiler),
+               remat.compile(copy.deepcopy(lin), compiler=compiler, cache=False, dynamic=False),
+               remat.compile(copy.deepcopy(lin), compiler=compiler, cache=False, dynamic=False, budget=0.5)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fn(x).sum().backward()

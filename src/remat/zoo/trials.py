@@ -5,9 +5,10 @@ to a benchmark's table and keeps that table's sizes.
 
 - :func:`budget_case`: transformers causal LMs (GPT-2, Llama, Qwen2, Mistral, Gemma2, Mamba),
   T5, BERT (masked LM, dropout), Whisper, Swin, CLIP (contrastive loss), Wav2Vec2 (a
-  classifier), a CNN with BatchNorm and a ResNet-18, each with its loss, each one graph under
-  ``torch.compile`` (``benchmarks/budgets_vs_torch.py``, ``predictions.py``, ``plan_order.py``,
-  ``staged_time.py``).
+  classifier), a CNN with BatchNorm, a ResNet-18, a Mixtral MoE, a LoRA fine-tune of a Llama
+  (:class:`LoRALinear`) and a ConvNeXt-style CNN (:class:`ConvNeXt`), each with its loss,
+  each one graph under ``torch.compile`` (``benchmarks/budgets_vs_torch.py``,
+  ``budget_range.py``, ``predictions.py``, ``plan_order.py``, ``staged_time.py``).
 - :func:`magis_case`: MAGIS's workloads scaled down (zoo entries with their loss, and a nested
   U-Net) (``benchmarks/magis_table.py``).
 - :data:`USER_TRIALS`: the user trials' models (BLOOM, OPT, Phi, ViT, a VGG-like CNN,
@@ -142,6 +143,13 @@ BUDGET_SIZES = {
     "cnn": {"default": (16, 3, 32, 32), "quick": (16, 2, 16, 32)},
     # zoo resnet18 tiny (width 8, one block per stage), batch, image 32
     "resnet18": {"default": (32,), "quick": (16,)},
+    # layers, width, heads, kv heads, expert ff, experts, top-k, vocab, batch, seq (transformers Mixtral)
+    "mixtral": {"default": (2, 256, 4, 2, 512, 4, 2, 2048, 4, 128), "quick": (2, 128, 4, 2, 256, 4, 2, 1024, 4, 64)},
+    # the llama sizes, base weights frozen; LoRA rank, alpha, dropout on q_proj and v_proj
+    "lora": {"default": ((4, 256, 4, 2, 688, 2048, 4, 128), 8, 16, 0.05),
+             "quick": ((2, 128, 4, 2, 344, 1024, 4, 64), 8, 16, 0.05)},
+    # stage widths, blocks per stage, image, stem patch, batch
+    "convnext": {"default": ((32, 64, 128), (2, 2, 2), 64, 4, 16), "quick": ((16, 32, 64), (1, 1, 1), 32, 2, 8)},
 }
 
 
@@ -333,7 +341,107 @@ def _build(name: str, cfg: tuple) -> Case:
         return Case(name, f"ResNet-18 (width 8, one block per stage), batch {b} x 3 x 32 x 32",
                     ClassifierLoss(ResNet(BasicBlock, (1, 1, 1, 1), 8, 10)),
                     (torch.randn(b, 3, 32, 32), torch.randint(0, 10, (b,))))
+    if name == "mixtral":
+        from transformers import MixtralConfig, MixtralForCausalLM
+
+        layers, width, heads, kv, ff, experts, top, vocab, b, seq = cfg
+        lm = MixtralForCausalLM(MixtralConfig(
+            vocab_size=vocab, hidden_size=width, intermediate_size=ff, num_hidden_layers=layers,
+            num_attention_heads=heads, num_key_value_heads=kv, num_local_experts=experts, num_experts_per_tok=top,
+            max_position_embeddings=max(seq, 256), attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
+            pad_token_id=0, use_cache=False, output_router_logits=False))
+        lm.loss_type = "ForCausalLM"
+        return Case(name, f"Mixtral MoE ({layers} x {width}, {heads} heads / {kv} kv, {experts} experts of ff {ff}, "
+                          f"top-{top}, vocab {vocab}, experts {lm.config._experts_implementation}), batch {b} x {seq}",
+                    LMLoss(lm), (torch.randint(0, vocab, (b, seq)),))
+    if name == "lora":
+        llama_cfg, rank, alpha, dropout = cfg
+        base = _build("llama", llama_cfg)
+        lm = base.model.lm
+        for p in lm.parameters():
+            p.requires_grad_(False)
+        for layer in lm.model.layers:
+            attn = layer.self_attn
+            attn.q_proj = LoRALinear(attn.q_proj, rank, alpha, dropout)
+            attn.v_proj = LoRALinear(attn.v_proj, rank, alpha, dropout)
+        trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
+        return Case(name, f"LoRA fine-tune of a {base.description.split(', batch')[0]}: base weights frozen, "
+                          f"rank {rank} (alpha {alpha}, dropout {dropout:g}) on q_proj and v_proj, "
+                          f"{trainable} trainable parameters (plain torch, peft's layout, B std 0.01), batch "
+                          f"{llama_cfg[6]} x {llama_cfg[7]}", base.model, base.inputs)
+    if name == "convnext":
+        dims, depths, image, patch, b = cfg
+        return Case(name, f"ConvNeXt-style CNN (stem patch {patch}, widths {list(dims)}, blocks {list(depths)}: "
+                          f"depthwise 7x7, LayerNorm, pointwise MLP x4 with GELU, layer scale), "
+                          f"batch {b} x 3 x {image} x {image}",
+                    ClassifierLoss(ConvNeXt(dims, depths, patch, 10)),
+                    (torch.randn(b, 3, image, image), torch.randint(0, 10, (b,))))
     raise ValueError(f"unknown model {name!r}; models: {', '.join(BUDGET_SIZES)}")
+
+
+class LoRALinear(nn.Module):
+    """A frozen ``nn.Linear`` plus a trainable low-rank update, as peft's LoRA layer:
+    ``base(x) + B(A(dropout(x))) * alpha / rank``, A Kaiming-uniform as peft's; B small
+    (std 0.01) where peft starts it at zeros, as after some steps of training, so that A's
+    gradient is not zero (the benchmarks' gradient checks)."""
+
+    def __init__(self, base: nn.Linear, rank: int = 8, alpha: float = 16, dropout: float = 0.0):
+        super().__init__()
+        self.base = base
+        self.base.requires_grad_(False)
+        self.lora_a = nn.Linear(base.in_features, rank, bias=False)
+        self.lora_b = nn.Linear(rank, base.out_features, bias=False)
+        nn.init.kaiming_uniform_(self.lora_a.weight, a=5 ** 0.5)
+        nn.init.normal_(self.lora_b.weight, std=0.01)
+        self.dropout = nn.Dropout(dropout)
+        self.scale = alpha / rank
+
+    def forward(self, x):
+        return self.base(x) + self.lora_b(self.lora_a(self.dropout(x))) * self.scale
+
+
+class ConvNeXtBlock(nn.Module):
+    """ConvNeXt's block (Liu et al. 2022): depthwise 7x7 conv, LayerNorm over channels,
+    pointwise MLP (4x, GELU), layer scale, residual."""
+
+    def __init__(self, dim: int, layer_scale: float = 1e-6):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pw1, self.pw2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), layer_scale))
+
+    def forward(self, x):
+        y = self.dwconv(x).permute(0, 2, 3, 1)  # N, H, W, C
+        y = self.pw2(nn.functional.gelu(self.pw1(self.norm(y)))) * self.gamma
+        return x + y.permute(0, 3, 1, 2)
+
+
+class ChannelNorm(nn.LayerNorm):
+    """LayerNorm over the channels of an N, C, H, W tensor."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class ConvNeXt(nn.Module):
+    """A small ConvNeXt: a patchify stem (conv ``patch`` x ``patch``, stride ``patch``) and
+    LayerNorm, stages of :class:`ConvNeXtBlock` joined by LayerNorm + 2x2 stride-2 convs, global
+    average pooling, LayerNorm and a linear head."""
+
+    def __init__(self, dims=(16, 32, 64), depths=(1, 1, 1), patch: int = 2, classes: int = 10):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, dims[0], patch, stride=patch), ChannelNorm(dims[0], eps=1e-6)]
+        for i, (dim, depth) in enumerate(zip(dims, depths)):
+            if i:
+                layers += [ChannelNorm(dims[i - 1], eps=1e-6), nn.Conv2d(dims[i - 1], dim, 2, stride=2)]
+            layers += [ConvNeXtBlock(dim) for _ in range(depth)]
+        self.features = nn.Sequential(*layers)
+        self.norm = nn.LayerNorm(dims[-1], eps=1e-6)
+        self.head = nn.Linear(dims[-1], classes)
+
+    def forward(self, x):
+        return self.head(self.norm(self.features(x).mean((2, 3))))
 
 
 
