@@ -86,7 +86,7 @@ def _judging_graph(part, backup, joint_inputs, kwargs, reference: list[str] | No
     try:
         joint = tc.prepare_joint(tc.copy_joint(backup), kwargs["num_fwd_outputs"],
                                  kwargs.get("static_lifetime_input_indices"))
-        if reference is None and part.planner.needs_reference():
+        if reference is None and part.needs_reference():
             # made once per graph: the partitioner's, where it had made it before failing
             reference = part.reference if part.reference is not None else \
                 part._reference_saved(backup, joint_inputs, kwargs)

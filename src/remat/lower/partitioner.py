@@ -92,14 +92,14 @@ class RematPartitioner(CustomPartitionerFn):
         try:
             if not info(o.solver).runs_on_graphs:
                 return self._torch_baseline(gm, joint_inputs, backup, **kwargs)
-            # once per graph, and only where the budget needs it (StepPlanner.needs_reference)
+            # once per graph, and only where it is needed (needs_reference)
             self.reference = reference = (self._reference_saved(backup, joint_inputs, kwargs)
-                                          if self.planner.needs_reference() else None)
+                                          if self.needs_reference() else None)
             joint = tc.prepare_joint(gm, num_fwd_outputs, static)
             graph = self._capture(joint, reference)
-            split, plan = self.planner.plan(graph, lambda p: self._split(joint, p, reference, num_fwd_outputs,
-                                                                          static))
-            fw, bw = lower(split if split is not None else joint, plan)
+            joint, plan = self._plan(graph, lambda p: self._split(joint, p, reference, num_fwd_outputs,
+                                                                   static), joint)
+            fw, bw = lower(joint, plan)
             # a plan's peak holds only in its order: inductor keeps to it (plan_order)
             self.keeps_order = True
             self.channels_last = bool(graph.meta.get("channels_last"))
@@ -114,6 +114,22 @@ class RematPartitioner(CustomPartitionerFn):
                     raise
                 raise UnsupportedGraphError(f"remat could not plan this graph: {reason}") from e
             return fall_back(self, backup, joint_inputs, kwargs, reason)
+
+    def _plan(self, graph, split=None, joint=None):
+        """The joint graph to lower and its plan: the step planner's
+        (:meth:`~remat.step.planner.StepPlanner.plan`), with its fissions unrolled by
+        ``split`` where it has some (``joint`` otherwise)."""
+        lowered, plan = self.planner.plan(graph, split)
+        return (joint if lowered is None else lowered), plan
+
+    def needs_reference(self) -> bool:
+        """Whether the graph's capture records plain torch.compile's partition: where the
+        step's budget is a share of it or bounds time by it
+        (:meth:`~remat.step.planner.StepPlanner.needs_reference`), and wherever the graph goes
+        to the caller (``on_plan``: :func:`remat.plan`, :func:`remat.plan_all`), so that a
+        fraction asked of that graph later (``remat.solve(g, budget=0.6)``) means what it means
+        in ``remat.compile``."""
+        return self.planner.needs_reference() or self.options.on_plan is not None
 
     @staticmethod
     def _reference_saved(gm: fx.GraphModule, joint_inputs, kwargs) -> list[str] | None:

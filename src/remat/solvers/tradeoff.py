@@ -462,10 +462,8 @@ def runs_min(plan: Plan | None, reached: bool, least: Plan | None, bound_bytes: 
     """Whether ``remat.compile``, planning a step of one graph at a fraction (``bound_bytes``),
     runs ``"min"``'s plan ``least`` instead of ``plan``, what :func:`remat.solve` returned (or,
     not ``reached``, the least peak it found): out of reach, unless ``plan`` is smaller than
-    ``least`` and predicted no slower; met, where ``plan`` is predicted past ``min``'s time
-    bound (``min_seconds``) and ``least`` is predicted faster, fitting the budget or not (times as
-    :func:`~remat.solvers.portfolio.bounded_seconds` counts them). The step planner's rules
-    (``remat.step.planner``: ``out_of_reach`` and ``StepPlanner._no_slower_than_min``), written
+    ``least`` and predicted no slower (times as :func:`~remat.solvers.portfolio.bounded_seconds`
+    counts them); met, never. The step planner's rule (``remat.step.planner.out_of_reach``), written
     here again because the solvers may not import the layer above them; the tests hold the two
     to the same answers. False where the two plans are the same point."""
     if least is None or least.peak_bytes is None:
@@ -476,9 +474,7 @@ def runs_min(plan: Plan | None, reached: bool, least: Plan | None, bound_bytes: 
         return False  # the same point either way
     if not reached:
         return plan.peak_bytes >= least.peak_bytes or bounded_seconds(plan) > bounded_seconds(least)
-    # met past min's time bound: min's plan where faster (out of reach where it does not fit:
-    # a fraction is a target within that bound)
-    return bounded_seconds(plan) > min_seconds and bounded_seconds(least) < bounded_seconds(plan)
+    return False  # met: the plan met runs
 
 
 def _best(kind: str, merged: list[Point], bound_bytes: int | None, bound_seconds: float | None) -> Point | None:

@@ -12,18 +12,12 @@ plan after. For each graph, :meth:`StepPlanner.plan`:
    ``strict=True``) is refused; otherwise the graph runs at the least memory remat finds,
    and the plan that runs is never slower than ``"min"``'s (:func:`out_of_reach`), with a
    warning naming the fraction reached, its floor and its predicted slowdown;
-4. where the share is met only by a plan predicted past ``min``'s time bound
-   (:data:`~remat.solvers.auto.MIN_OVERHEAD`), ``"min"``'s plan runs instead when it is faster
-   and meets the share too, or when the budget is a fraction (a target within that bound:
-   out of reach then, warned; a byte budget keeps the slow plan, a bound at any time cost)
-   (:meth:`StepPlanner._no_slower_than_min`): no plan runs that a plan remat found beats on
-   both peak and time, and asking for a smaller fraction never gives more memory;
-5. a fraction of a step of several graphs is planned again so that it leaves the graphs
+4. a fraction of a step of several graphs is planned again so that it leaves the graphs
    after it their shares (:meth:`StepPlanner._leave_shares`);
-6. a plan with fissions is split by the caller's ``split`` (the partitioner unrolls them on
+5. a plan with fissions is split by the caller's ``split`` (the partitioner unrolls them on
    the joint graph and captures it again); where that fails, the graph is planned again
    without fission, with a warning;
-7. the plan is recorded in the step (what it saves and its peak) for the graphs after it.
+6. the plan is recorded in the step (what it saves and its peak) for the graphs after it.
 
 Whether the step needs PyTorch's own partition as its reference (:meth:`StepPlanner.needs_reference`)
 is decided here too: only a fraction (its scale) and ``"min"`` / ``max_overhead`` (their time
@@ -135,8 +129,6 @@ class StepPlanner:
 
         on_infeasible = None if budget is None else no_plan if b.kind == "min" else least_instead
         plan = solve_within(budget, headroom, on_infeasible)
-        if budget is not None and b.kind != "min" and plan.details.get("out_of_reach") is None:
-            plan = self._no_slower_than_min(graph, plan, share, least)
         if plan.details.get("out_of_reach") is not None:
             self._missed(graph, plan, share)
         if b is not None and b.kind == "fraction" and plan.feasible and step.followed(graph):
@@ -172,8 +164,7 @@ class StepPlanner:
         if step.refuse_later(graph, e):  # the step's forward decides (StepBudget.verdict)
             step.floors.append(f"{floor(graph, plan)} {slower}")
         elif b.kind == "fraction" and len(step.graphs) == 0:
-            past = f" ({reach['message']})" if "instead_of" in plan.details else ""
-            warn_once(f"{step.missed(graph, plan)}{past}. {slower}", RematBudgetWarning)
+            warn_once(f"{step.missed(graph, plan)}. {slower}", RematBudgetWarning)
         else:
             warnings.warn(
                 f"graph {graph.name!r} (graph {len(step.graphs) + 1} of its step) cannot meet its "
@@ -181,44 +172,6 @@ class StepPlanner:
                 f"its least memory, {format_bytes(plan.peak_bytes)}, and the graphs after it get "
                 f"{format_bytes(max(0, plan.peak_bytes - share))} less ({e.args[0][:200]})",
                 RematBudgetWarning, stacklevel=3)
-
-    def _no_slower_than_min(self, graph: Graph, plan: Plan, share: int, least: Callable[[], Plan]) -> Plan:
-        """A share met only by a plan predicted past ``"min"``'s time bound (``1 +``
-        :data:`~remat.solvers.auto.MIN_OVERHEAD` times plain torch.compile's step, a staged
-        schedule's time counted with its penalty): ``"min"``'s plan where it meets the share
-        too and is predicted faster (ResNet-50 at 0.6 had run a plan 8.2x slower than plain
-        torch.compile where ``"min"``'s held 0.49 of its peak); for a fraction, ``"min"``'s plan
-        out of reach where it does not meet the share (a Llama at 0.5 had run a staged plan 2.7x
-        slower at 7.3 MiB where 0.4 ran ``min``'s 8.6 MiB). ``min`` is solved only then."""
-        try:
-            bound = (1 + MIN_OVERHEAD) * reference_seconds(graph, default_cost_model(graph))
-        except Exception:  # noqa: BLE001 - no reference step: nothing to bound by
-            return plan
-        if not plan.feasible or plan.peak_bytes is None or bounded_seconds(plan) <= bound:
-            return plan
-        try:
-            other = least()
-        except RematError:  # min cannot plan it: the plan that met the share stands
-            return plan
-        if other.peak_bytes is None or bounded_seconds(other) >= bounded_seconds(plan):
-            return plan
-        if other.peak_bytes > share:
-            if self.budget.kind != "fraction":
-                return plan  # bytes are a bound, kept at any time cost
-            # a fraction is a target within min's time bound: past it, out of reach
-            ratio = bounded_seconds(plan) / (bound / (1 + MIN_OVERHEAD))
-            message = (f"{self.budget.text!r} is met for {graph.name!r} only by a plan predicted "
-                       f"{ratio:.1f}x plain torch.compile's step ({plan.solver}, "
-                       f"{format_bytes(plan.peak_bytes)}), past budget='min''s bound of "
-                       f"{1 + MIN_OVERHEAD:g}x; a byte budget of {format_bytes(plan.peak_bytes)} "
-                       "would run it")
-            return other.updated(details={"out_of_reach": {"message": message,
-                                                           "smallest_feasible": int(plan.peak_bytes)},
-                                          "instead_of": {"solver": plan.solver, "peak_bytes": plan.peak_bytes,
-                                                         "predicted_seconds": plan.predicted_seconds}})
-        return other.updated(options={"budget_bytes": share, "planned_bytes": share},
-                             details={"instead_of": {"solver": plan.solver, "peak_bytes": plan.peak_bytes,
-                                                     "predicted_seconds": plan.predicted_seconds}})
 
     def _leave_shares(self, graph: Graph, plan: Plan, share: int, solve_within) -> Plan:
         """A graph of a step of several, planned within its share of a fraction, whose plan
