@@ -189,12 +189,14 @@ print(json.dumps({"nodes": len(g), "budget": budget, "feasible": p.feasible, "va
 def test_a_100k_node_budgeted_solve_stays_under_2gb():
     """``auto`` at half the activation memory of a 100k-node transformer-like graph: a plan the
     simulator judges valid and within the budget, in under 2 GB of peak RSS (the staged
-    matrices alone were 10 GB), with offloading skipped by its work rule, recorded."""
+    matrices alone were 10 GB), with offloading never run (its work rule)."""
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["nodes"] >= 95_000
     assert r["feasible"] and r["valid"] and r["peak"] <= r["budget"]
     assert r["rss_mb"] < 2048, r["rss_mb"]
-    skipped = {t["solver"]: t["message"] for t in r["tried"] if t["status"] == "skipped"}
-    assert "OFFLOAD_WORK" in skipped.get("swap-recompute", ""), r["tried"]
+    # offloading never runs at this size: skipped by its work rule where the portfolio reaches
+    # it (where a saved set fits first, as on a loaded machine, it is not reached at all)
+    swaps = [t for t in r["tried"] if t["solver"] == "swap-recompute"]
+    assert all(t["status"] == "skipped" and "OFFLOAD_WORK" in t["message"] for t in swaps), r["tried"]
