@@ -165,7 +165,7 @@ class Graph:
         a = self._arrays
         deg = np.diff(a.in_ptr)
         out = np.empty(a.n, dtype=object)
-        with _gc_paused():  # 10^5 small tuples: the cyclic collector would scan the heap
+        with gc_paused():  # 10^5 small tuples: the cyclic collector would scan the heap
             for d in np.unique(deg).tolist():  # the nodes of one in-degree at a time
                 rows = np.flatnonzero(deg == d)
                 flat = iter(a.in_idx[(a.in_ptr[rows, None] + np.arange(d)).reshape(-1)].tolist())
@@ -248,7 +248,7 @@ class GraphArrays:
         # comprehension's attribute reads are specialized, half the time of an attrgetter's,
         # and one pass for them all a third of the time of one pass per field. The rows and
         # columns are gone before the collector runs again (it would scan them all)
-        with _gc_paused():
+        with gc_paused():
             rows = [(x.name, x.op, x.meta, x.flops, x.cost, x.category, x.bytes, x.fusible, x.must_save,
                      x.must_recompute, x.can_save, x.is_output, x.backward_output) for x in nodes]
             col = dict(zip(_COLUMNS, tuple(zip(*rows)) or ((),) * len(_COLUMNS)))
@@ -315,9 +315,10 @@ _COLUMNS = ("name", "op", "meta", "flops", "cost", "category", "bytes", "fusible
 
 
 @contextmanager
-def _gc_paused():
-    """Building 10^5 small objects at once: the cyclic collector would scan the whole heap many
-    times over, and none of them cycle."""
+def gc_paused():
+    """Building 10^5 small objects at once (a graph's arrays, a schedule's statements): the
+    cyclic collector would scan the whole heap many times over (half the time of a schedule of a
+    50k-node graph), and none of them cycle."""
     was = gc.isenabled()
     gc.disable()
     try:

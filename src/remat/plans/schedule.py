@@ -18,15 +18,13 @@ Schedule so that one simulator (:mod:`remat.plans.simulator`) judges all of them
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from ..errors import PlanError
-from ..graph.graph import Graph
+from ..graph.graph import Graph, gc_paused
 from .saved_set import _required_forward, backward_work
 
 OPS = ("compute", "free", "offload", "reload")
@@ -174,19 +172,6 @@ def required_nodes(g: Graph) -> np.ndarray:
         a = g._arrays
         return (np.array(_required_forward(g), dtype=bool) | ~a.forward) & ~a.primal
     return g._derived("required_nodes", required).copy()
-
-
-@contextmanager
-def gc_paused():
-    """Making a large schedule allocates ~10^5 small objects; the cyclic collector would scan
-    the whole heap many times over (half the time on a 50k-node graph). None of them cycle."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def schedule_from_saved_set(g: Graph, saved: Iterable[str]) -> Schedule:

@@ -436,7 +436,7 @@ def _pick(label: str, kind: str, value, plan: Plan | None, reached: bool, messag
             or plan.sim is None or not plan.sim.valid:
         return Pick(label, kind, value, None if plan is None else plan.solver, None, None, None, None, False,
                     True, None, best=best, bound_bytes=bound_bytes, bound_seconds=bound_seconds,
-                    runs_min=kind == "fraction" and runs_min(None, False, least, bound_bytes, min_seconds),
+                    runs_min=kind == "fraction" and runs_min(None, False, least),
                     message=message or (plan.message if plan is not None else "no plan"), plan=plan)
     here = SimpleNamespace(peak_bytes=plan.peak_bytes, predicted_seconds=plan.predicted_seconds)
     over = [i for i, p in enumerate(points) if dominates(p, here)]
@@ -451,15 +451,14 @@ def _pick(label: str, kind: str, value, plan: Plan | None, reached: bool, messag
         met = bool(plan.details.get("within_overhead", True))
     else:
         met = True
-    instead = kind == "fraction" and runs_min(plan, reached, least, bound_bytes, min_seconds)
+    instead = kind == "fraction" and runs_min(plan, reached, least)
     return Pick(label, kind, value, plan.solver, plan.peak_bytes, plan.predicted_seconds,
                 fraction(plan.peak_bytes), ratio(plan.predicted_seconds), met, not met, not over, dominated,
                 best, bound_bytes, bound_seconds, instead, message, plan)
 
 
-def runs_min(plan: Plan | None, reached: bool, least: Plan | None, bound_bytes: int,
-             min_seconds: float) -> bool:
-    """Whether ``remat.compile``, planning a step of one graph at a fraction (``bound_bytes``),
+def runs_min(plan: Plan | None, reached: bool, least: Plan | None) -> bool:
+    """Whether ``remat.compile``, planning a step of one graph at a fraction,
     runs ``"min"``'s plan ``least`` instead of ``plan``, what :func:`remat.solve` returned (or,
     not ``reached``, the least peak it found): out of reach, unless ``plan`` is smaller than
     ``least`` and predicted no slower (times as :func:`~remat.solvers.portfolio.bounded_seconds`
