@@ -53,11 +53,9 @@ import os
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 os.environ["REMAT_CACHE_DIR"] = "off"
 
-import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-from dataclasses import asdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -104,27 +102,14 @@ def arguments(ap) -> None:
 
 def run(args):
     ap = args.parser
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    for m in models:
-        if m not in BUDGET_SIZES:
-            ap.error(f"unknown model {m!r}; models: {', '.join(BUDGET_SIZES)}")
-        if args.size not in BUDGET_SIZES[m]:
-            ap.error(f"model {m!r} has no size {args.size!r}; its sizes: {', '.join(BUDGET_SIZES[m])}")
+    models = budgets.checked_models(ap, args.models, args.size)
     skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     if skip - {"eager", "min", "overhead", "fd"}:
         ap.error(f"--skip takes eager, min, overhead and fd, not {', '.join(sorted(skip))}")
     fractions = _floats(args.budgets)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("--device cuda, but torch sees no CUDA GPU")
-    import torch._dynamo.config as dynamo_config
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    dynamo_config.recompile_limit = 1024  # every method compiles the same forward again
-    dynamo_config.accumulated_recompile_limit = 1 << 16
-    inductor_config.fx_graph_cache = False  # every compile partitions afresh
-    functorch_config.enable_autograd_cache = False
-    budgets.install_clocks()
+    budgets.fresh_compiles()
     ms = budgets.methods(fractions, fractions + [KNOB_LEAST], eager="eager" not in skip, least="min" not in skip,
                          max_overhead=None if "overhead" in skip or args.max_overhead < 0 else args.max_overhead)
     settings = budgets.Settings(compiler=args.compiler, device=args.device, time_limit=args.time_limit,
@@ -135,12 +120,7 @@ def run(args):
         for name in models:
             budgets.capture(budget_case(name, args.size, getattr(torch, args.dtype), args.device), fractions, out)
         return 0
-    partial = out / "rows.jsonl"
-    partial.write_text("")
-
-    def on_row(r) -> None:  # every row as it comes: a run cut short keeps what it measured
-        with open(partial, "a") as f:
-            f.write(json.dumps(asdict(r), default=str) + "\n")
+    on_row = budgets.row_writer(out / "rows.jsonl")  # every row as it comes
 
     meta = {"compiler": args.compiler, "dtype": args.dtype, "repeats": args.repeats, "budgets": fractions,
             "knob_budgets": fractions + [KNOB_LEAST], "models": models, "size": args.size,

@@ -104,6 +104,52 @@ def install_clocks() -> None:
             mod.min_cut_rematerialization_partition = _clocked(fn)
 
 
+def checked_models(ap, names: str, size: str) -> list[str]:
+    """The comma-separated ``names`` as a list, each a model of ``size`` in
+    :data:`~remat.zoo.trials.BUDGET_SIZES` (``ap.error`` naming the choices otherwise)."""
+    from remat.zoo.trials import BUDGET_SIZES
+
+    models = [m.strip() for m in names.split(",") if m.strip()]
+    for m in models:
+        if m not in BUDGET_SIZES:
+            ap.error(f"unknown model {m!r}; models: {', '.join(BUDGET_SIZES)}")
+        if size not in BUDGET_SIZES[m]:
+            ap.error(f"model {m!r} has no size {size!r}; its sizes: {', '.join(BUDGET_SIZES[m])}")
+    return models
+
+
+def fresh_compiles() -> None:
+    """Every method compiles and partitions afresh (no FX-graph or AOTAutograd cache, room for
+    every method's recompiles of the same forward), with PyTorch's partitioner clocked
+    (:func:`install_clocks`)."""
+    import torch._dynamo.config as dynamo_config
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    dynamo_config.recompile_limit = 1024  # every method compiles the same forward again
+    dynamo_config.accumulated_recompile_limit = 1 << 16
+    inductor_config.fx_graph_cache = False  # every compile partitions afresh
+    functorch_config.enable_autograd_cache = False
+    install_clocks()
+
+
+def row_writer(path) -> Callable:
+    """A callback that appends each row to ``path`` (JSON lines, the file emptied now): a run
+    cut short keeps what it measured."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+
+    def on_row(r) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps(asdict(r), default=str) + "\n")
+
+    return on_row
+
+
 # -- the methods ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
