@@ -131,7 +131,8 @@ def test_compile_forwards_solver_options_and_torch_compile_arguments():
     # torch.compile's own mode reaches inductor, not remat
     step = remat.compile(f1, mode="max-autotune-no-cudagraphs", compiler="eager", on_plan=lambda g, p: plans.append(p))
     step(*xs).sum().backward()
-    assert plans[-1].solver == "mincut-conservative"
+    # no budget: the min cut, or a frontier plan no larger and clearly faster
+    assert "budget" not in plans[-1].options and plans[-1].solver in ("mincut-conservative", "frontier")
 
 
 @pytest.mark.parametrize("budget", [1.5, "1.5", "abc", -1, 0, True, "150%", float("nan")])

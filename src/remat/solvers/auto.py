@@ -1,5 +1,5 @@
 """``solver="auto"``: the default policy. Without a budget, the fusion-aware min cut
-(conservative); with one, the fastest plan within it, fusion-aware first; for the least memory,
+(conservative), or a plan of the frontier no larger and clearly faster; with one, the fastest plan within it, fusion-aware first; for the least memory,
 the least within a bounded slowdown.
 
 With a budget in bytes (or a fraction), ``auto`` takes the best of the starting plans
@@ -39,7 +39,6 @@ from ..graph.graph import Graph
 from ..plans.plan import Plan
 from .deadline import Deadline
 from .magis.search import check_overhead, has_dimensions, least_within, refine
-from .mincut import mincut
 from .portfolio import portfolio
 
 AUTO_SEARCH_SHARE = 1 / 6
@@ -65,7 +64,8 @@ the plan without a budget's step (predicted 1.12x) at 0.66 of its peak."""
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
          time_limit: float | None = None, max_overhead: float | None = None,
          fission: bool = True) -> Plan:
-    """The conservative min cut without a budget; with one, the fastest plan within it; for
+    """The conservative min cut without a budget (or a frontier plan no larger and clearly
+    faster: :func:`~remat.solvers.portfolio.portfolio`); with one, the fastest plan within it; for
     the least memory (``budget`` 0, what ``"min"`` asks) or with ``max_overhead``, the least
     memory within that overhead (see the module docstring). Each stage is announced to
     :func:`remat.solvers.progress.report`. ``fission=False``: the search splits no sub-graph."""
@@ -74,10 +74,10 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
         raise OptionError("give a memory budget or max_overhead, not both: max_overhead goes with "
                           "no budget or with budget='min' (the least memory within that overhead)")
     check_overhead(max_overhead)
-    if budget is None and max_overhead is None:
-        return mincut(g, "conservative")
-    clock = Deadline(time_limit)
     cm = cost_model or default_cost_model(g)
+    if budget is None and max_overhead is None:
+        return portfolio(g, None, cm, time_limit)
+    clock = Deadline(time_limit)
     if least or max_overhead is not None:
         overhead = MIN_OVERHEAD if max_overhead is None else float(max_overhead)
         return least_within(g, overhead, cm, clock, fission=fission, share=AUTO_SEARCH_SHARE)

@@ -196,11 +196,12 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
         raise OptionError(f"remat.solve plans a remat Graph (remat.load_graph('graph.json'), or "
                           f"remat.plan(model, *inputs) for a model), not {type(graph).__name__}")
     check_plannable(graph)
+    t0 = time.perf_counter()  # the time limit counts the budget's reference too
     cm = req.cost_model_for(graph)
     parsed, time_limit = req.budget, req.time_limit
     asked, limit = req.asked_bytes(graph), req.planned_bytes(graph)
-    t0 = time.perf_counter()
-    plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=time_limit, **req.options)
+    left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+    plan = s.fn(graph, budget=limit, cost_model=cm, time_limit=left, **req.options)
     if parsed is not None and parsed.kind == "min":
         plan = _least(graph, s, plan, cm, time_limit, req.options, t0)
         if plan.peak_bytes is not None and plan.status != "invalid":
