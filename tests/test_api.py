@@ -197,16 +197,17 @@ def test_plan_round_trips_through_json_with_its_schedule():
 
 
 def test_a_judged_plan_is_sealed_and_reported_on_a_copy():
-    """remat.solve returns a judged plan that nothing changes afterwards: assigning a field,
-    judging it again or editing its options or details raises; Plan.updated is a new plan."""
+    """remat.solve returns a judged plan that nothing changes afterwards: assigning a field or
+    editing its options or details raises; Plan.updated and Plan.judge make new plans."""
     import dataclasses
 
     plan = remat.solve(cos_cos_graph(), "checkmate", budget=0.9)
     assert plan.is_sealed
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.status = "optimal"
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        plan.judge(1)
+    judged = plan.judge(1)  # a new plan, over a budget of 1 byte; this one as it was
+    assert judged is not plan and judged.is_sealed and judged.status == remat.PlanStatus.OVER_BUDGET
+    assert plan.feasible and plan.status in ("optimal", "feasible")
     with pytest.raises(TypeError, match="read-only"):
         plan.details["cache"] = "hit"
     with pytest.raises(TypeError, match="read-only"):
@@ -310,3 +311,25 @@ def test_the_unknown_option_error_lists_exactly_the_documented_options():
     assert sorted(ours) == sorted(documented)
     params = [p for p in inspect.signature(remat.compile).parameters if p not in ("model", "unknown")]
     assert sorted(ours + theirs) == sorted(params)
+
+
+def test_a_plan_s_status_is_a_closed_set_and_its_verdict_one_value():
+    """A plan's status is a PlanStatus (strings name one; an unknown one is refused, naming the
+    statuses); the simulator's verdict and the solver's report are typed values, and survive
+    the JSON round trip."""
+    from remat.errors import PlanError
+    from remat.plans import Plan, PlanStatus, Verdict
+
+    g = cos_cos_graph()
+    raw = Plan.from_saved_set(g, ["add_2"], solver="example")
+    assert raw.verdict is None and raw.status is PlanStatus.FEASIBLE
+    p = raw.judge(100)
+    assert raw.verdict is None  # judging made a new plan
+    assert p.status is PlanStatus.OVER_BUDGET and not p.feasible and f"{p.status}" == "over_budget"
+    assert p.verdict == Verdict(True, False, p.peak_bytes, p.compute_cost, p.predicted_seconds, p.recomputes, 100)
+    fits = p.judge(p.peak_bytes)
+    assert fits.verdict.feasible and fits.status is PlanStatus.FEASIBLE and fits.report.solver == "example"
+    back = Plan.from_dict(json.loads(fits.to_json()), g)
+    assert back.status is PlanStatus.FEASIBLE and json.loads(fits.to_json())["status"] == "feasible"
+    with pytest.raises(PlanError, match="unknown plan status 'done'; statuses: optimal, feasible"):
+        Plan.without_schedule(g, solver="example", status="done")

@@ -25,7 +25,7 @@ from .errors import (BudgetError, GraphError, InfeasibleBudgetError, OptionError
                      RematBudgetWarning, RematCacheWarning, RematError, RematFallbackWarning, RematOffloadWarning,
                      UnsupportedGraphError)
 from .graph import Graph, Node, load_graph, save_graph
-from .plans import Decision, Plan, SavedValue, Schedule
+from .plans import Decision, Plan, PlanStatus, SavedValue, Schedule
 from .solvers import solve
 
 __version__ = "0.2.0"
@@ -57,7 +57,7 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["Graph", "Node", "Plan", "Decision", "SavedValue", "Schedule", "load_graph", "save_graph",
+__all__ = ["Graph", "Node", "Plan", "PlanStatus", "Decision", "SavedValue", "Schedule", "load_graph", "save_graph",
            "solve", "compile", "plan", "plan_all", "frontier", "checkpoint", "policy", "RematError", "GraphError", "PlanError",
            "UnsupportedGraphError", "OptionError", "BudgetError", "InfeasibleBudgetError",
            "RematFallbackWarning", "RematCacheWarning", "RematBudgetWarning", "RematOffloadWarning"]

@@ -6,8 +6,8 @@ peak memory, predicted time); :mod:`.budget` parses and resolves memory budgets;
 :mod:`.stages` is Checkmate's staged view (R/S matrices) of a schedule.
 """
 
-from .plan import Decision, Plan, SavedValue
+from .plan import Decision, Plan, PlanStatus, SavedValue, SolverReport, Verdict
 from .schedule import Schedule, Statement, schedule_from_saved_set
 from .simulator import SimResult, simulate
 
-__all__ = ["Decision", "Plan", "SavedValue", "Schedule", "Statement", "schedule_from_saved_set", "SimResult", "simulate"]
+__all__ = ["Decision", "Plan", "PlanStatus", "SavedValue", "SolverReport", "Verdict", "Schedule", "Statement", "schedule_from_saved_set", "SimResult", "simulate"]

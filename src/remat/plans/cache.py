@@ -371,7 +371,7 @@ class PlanCache:
                 return None
             plan = Plan.from_dict(stored, split(graph, fissions) if fissions else graph)
             # a plan run in place of a budget out of reach is judged at its own peak
-            why = _check(plan, plan.graph, None if reach is not None else budget, cost_model)
+            plan, why = _check(plan, plan.graph, None if reach is not None else budget, cost_model)
         except (PlanError, KeyError, TypeError, ValueError, AttributeError) as e:
             why = f"its plan does not load against the graph ({type(e).__name__}: {e})"
         if why:
@@ -433,25 +433,26 @@ def _describe(record: Any) -> str:
     return repr(record)[:60]
 
 
-def _check(plan: Plan, graph: Graph, budget: float | None, cost_model: CostModel | None) -> str:
-    """Why ``plan`` (loaded against ``graph``) cannot be used, or ``""``; judges it."""
+def _check(plan: Plan, graph: Graph, budget: float | None,
+           cost_model: CostModel | None) -> tuple[Plan, str]:
+    """``plan`` (loaded against ``graph``) judged, and why it cannot be used, or ``""``."""
     if plan.statements is None:
-        return "it holds no schedule"
+        return plan, "it holds no schedule"
     names = [s.name for s in plan.saved] + list(plan.decisions) + plan.recomputed + plan.moved_to_backward
     unknown = [n for n in names if n not in graph]
     if unknown:
-        return f"it names {unknown[0]!r}, which is not in the graph"
+        return plan, f"it names {unknown[0]!r}, which is not in the graph"
     if any(_saved_value(graph[s.name]) != s for s in plan.saved):
-        return "its saved values differ from the graph's"
+        return plan, "its saved values differ from the graph's"
     stored_peak = plan.peak_bytes
-    plan.judge(budget, cost_model or default_cost_model(graph))
+    plan = plan.judge(budget, cost_model or default_cost_model(graph))
     if plan.status == "invalid":
-        return f"its schedule is not valid on the graph ({plan.message})"
+        return plan, f"its schedule is not valid on the graph ({plan.message})"
     if not plan.feasible:
-        return f"its schedule does not fit ({plan.status}: {plan.message})"
+        return plan, f"its schedule does not fit ({plan.status}: {plan.message})"
     if stored_peak is not None and stored_peak != plan.peak_bytes:
-        return f"it was stored with a peak of {stored_peak} bytes, the simulator now finds {plan.peak_bytes}"
-    return ""
+        return plan, f"it was stored with a peak of {stored_peak} bytes, the simulator now finds {plan.peak_bytes}"
+    return plan, ""
 
 
 def resolve(cache: "PlanCache | str | os.PathLike | bool | None") -> PlanCache | None:

@@ -81,9 +81,83 @@ class SavedValue:
     module: str | None = None
 
 
-FEASIBLE_STATUSES = ("optimal", "feasible", "time_limit")
+class PlanStatus(str, Enum):
+    """What a solver (or the simulator, judging its schedule) says of a plan. A closed set: a
+    plan's ``status`` is always one of these (a string naming one is read as it), and compares
+    equal to its value (``plan.status == "feasible"``).
+
+    - ``OPTIMAL``: proved the cheapest within its budget (the MILP, the min cut);
+    - ``FEASIBLE``: within its budget, not proved optimal;
+    - ``TIME_LIMIT``: the best found when the time limit stopped the search, within its budget;
+    - ``OVER_BUDGET``: a valid schedule that peaks over its budget (the simulator's verdict);
+    - ``INVALID``: a schedule the simulator cannot run;
+    - ``INFEASIBLE``: the solver proved nothing fits;
+    - ``NO_SOLUTION``: the solver stopped without a schedule;
+    - ``TOO_LARGE``: the solver cannot plan a graph this large at any budget;
+    - ``UNSUPPORTED``: the solver cannot plan this graph (its message says why);
+    - ``SKIPPED``: not tried (a size or work rule; its message says which).
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    TIME_LIMIT = "time_limit"
+    OVER_BUDGET = "over_budget"
+    INVALID = "invalid"
+    INFEASIBLE = "infeasible"
+    NO_SOLUTION = "no_solution"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED = "unsupported"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def of(cls, value: "PlanStatus | str") -> "PlanStatus":
+        """``value`` as a status, or a :class:`~remat.errors.PlanError` naming the statuses."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise PlanError(f"unknown plan status {value!r}; statuses: "
+                            + ", ".join(s.value for s in cls)) from None
+
+
+FEASIBLE_STATUSES = (PlanStatus.OPTIMAL, PlanStatus.FEASIBLE, PlanStatus.TIME_LIMIT)
 """A plan with one of these statuses has a schedule within its budget (``time_limit``: the
 best found when the time limit stopped the search)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The simulator's verdict on a plan's schedule (:meth:`Plan.judge`), as one value:
+    ``valid`` (the schedule runs), ``feasible`` (valid and within its budget), ``peak_bytes``,
+    ``compute_cost``, ``predicted_seconds``, ``recomputes``, ``budget`` (the bytes it was judged
+    against; None: none)."""
+
+    valid: bool
+    feasible: bool
+    peak_bytes: int | None
+    compute_cost: float | None
+    predicted_seconds: float | None
+    recomputes: int | None
+    budget: int | None
+
+
+@dataclass(frozen=True)
+class SolverReport:
+    """What the solver said of its plan: its name, status, objective (``cost``), the bound the
+    MILP proved and its gap, its message and its seconds."""
+
+    solver: str
+    status: PlanStatus
+    cost: float | None
+    lower_bound: float | None
+    gap: float | None
+    message: str
+    solve_seconds: float
 
 
 @dataclass(eq=False)
@@ -118,7 +192,7 @@ class Plan:
     solver: str
     statements: Sequence[Statement] | None
     options: dict[str, Any] = field(default_factory=dict)
-    status: str = "feasible"
+    status: PlanStatus | str = PlanStatus.FEASIBLE
     feasible: bool = True
     cost: float | None = None
     solve_seconds: float = 0.0
@@ -144,6 +218,7 @@ class Plan:
     S: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self.status = PlanStatus.of(self.status)
         # the typed fields from their JSON form, or from details where a plan of version 2 (or
         # a solver written before them) kept them
         legacy = {k: self.details[k] for k in _TYPED if k in self.details}
@@ -213,15 +288,22 @@ class Plan:
     # -- the simulator's verdict -------------------------------------------------------------
     def judge(self, budget: float | None = None, cost_model: CostModel | None = None, *,
               sim: SimResult | None = None) -> "Plan":
-        """Replay the schedule in the simulator and record what it found: a plan is feasible
-        only if its schedule is valid and (with ``budget`` bytes) peaks within the budget.
-        ``sim``: the simulator's result for this schedule under ``cost_model`` when the solver
-        already has it (it is not replayed again). Returns the plan itself."""
+        """A new plan: this one with the simulator's verdict on its schedule (:attr:`verdict`):
+        feasible only if its schedule is valid and (with ``budget`` bytes) peaks within the
+        budget. ``sim``: the simulator's result for this schedule under ``cost_model`` when the
+        solver already has it (it is not replayed again). This plan is left as it is; the new
+        one is sealed where this one is."""
+        out = dataclasses.replace(self, options=dict(self.options), details=dict(self.details),
+                                  decisions=dict(self.decisions), banned=dict(self.banned))
+        out._judge(budget, cost_model, sim)
+        return out.sealed() if self.is_sealed else out
+
+    def _judge(self, budget: float | None, cost_model: CostModel | None, sim: SimResult | None) -> None:
         if budget is not None:
             self.budget = int(budget) if math.isfinite(budget) else None
         if self.statements is None:
             self.feasible = False
-            return self
+            return
         if sim is None:
             sim = simulate(self.schedule(), cost_model or default_cost_model(self.graph), link=self.link)
         self.sim = sim
@@ -247,7 +329,20 @@ class Plan:
             if "solver_message" in self.details:  # "over the budget of ..." no longer holds
                 self.message = self.details.pop("solver_message")
             self.feasible = self.status in FEASIBLE_STATUSES
-        return self
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The simulator's verdict (:meth:`judge`) as one value; None before it is judged."""
+        if self.sim is None:
+            return None
+        return Verdict(bool(self.sim.valid), bool(self.feasible), self.peak_bytes, self.compute_cost,
+                       self.predicted_seconds, self.recomputes, self.budget)
+
+    @property
+    def report(self) -> SolverReport:
+        """What the solver said (:class:`SolverReport`)."""
+        return SolverReport(self.solver, self.status, self.cost, self.lower_bound, self.gap, self.message,
+                            self.solve_seconds)
 
     # -- views -------------------------------------------------------------------------------
     def schedule(self, graph: Graph | None = None) -> Schedule:
@@ -290,7 +385,7 @@ class Plan:
             raise dataclasses.FrozenInstanceError(
                 f"cannot assign to field {name!r}: the plan of {self.graph_name!r} is judged and sealed; "
                 "make a new one with plan.updated(...)")
-        object.__setattr__(self, name, value)
+        object.__setattr__(self, name, PlanStatus.of(value) if name == "status" else value)
 
     @property
     def saved_names(self) -> list[str]:
@@ -329,6 +424,8 @@ class Plan:
                 d["decisions"] = {k: x.value for k, x in v.items()}
             elif f.name == "fissions":
                 d["fissions"] = [x.to_dict() for x in v]
+            elif f.name == "status":
+                d["status"] = v.value
             elif f.name == "link":
                 d["link"] = None if v is None else {"bandwidth": v.bandwidth, "asynchronous": v.asynchronous,
                                                     "latency": v.latency, "source": v.source}

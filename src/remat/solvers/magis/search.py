@@ -375,7 +375,7 @@ def _default_plan(g: Graph, cm: CostModel, link: Link) -> Plan | None:
         return None
     if p.statements is None:
         return None
-    p.judge(None, cm)
+    p = p.judge(None, cm)
     return p if p.sim is not None and p.sim.valid else None
 
 

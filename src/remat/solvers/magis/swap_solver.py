@@ -59,7 +59,7 @@ def reorder_only(g: Graph, *, budget: float | None = None, cost_model: CostModel
     s = reorder(reference_schedule(g), cm, time_limit=time_limit)
     p = Plan.from_schedule(s, solver="reorder", details={k: s.meta[k] for k in ("peak_before", "peak_after")
                                                           if k in s.meta})
-    p.judge(budget if budget else None, cm)
+    p = p.judge(budget if budget else None, cm)
     p.solve_seconds = time.perf_counter() - t0
     return p
 
@@ -115,6 +115,6 @@ def _better(p: Plan, q: Plan, target: int) -> bool:
 def _plan(s: Schedule, solver: str, budget, cm: CostModel, link, t0: float) -> Plan:
     p = Plan.from_schedule(s, solver=solver, swaps=s.meta.get("swaps", 0) + s.meta.get("traded", 0), link=link,
                            details={"recomputations_traded": s.meta.get("traded", 0)})
-    p.judge(budget if budget else None, cm, sim=simulate(s, cm, link=link))
+    p = p.judge(budget if budget else None, cm, sim=simulate(s, cm, link=link))
     p.solve_seconds = time.perf_counter() - t0
     return p
