@@ -244,6 +244,26 @@ def test_blocks_saving_everything_are_unwrapped(monkeypatch):
     assert len(calls) == 4
 
 
+def test_none_is_no_budget_and_full_checkpointing_s_peak_is_the_default():
+    """budget=None means what it means everywhere in remat (no budget: the step as it runs
+    without remat, every block unwrapped, nothing recomputed); the default, "full", keeps full
+    checkpointing's predicted peak with the least recomputation."""
+    torch.manual_seed(0)
+    ref = Net(d=64, layers=4, p=0.0)
+    x = torch.randn(4, 96, 64)
+    none, default = copy.deepcopy(ref), copy.deepcopy(ref)
+    remat.checkpoint(none, budget=None, profile=PROFILE)
+    remat.checkpoint(default, profile=PROFILE)
+    _run(none, x), _run(default, x)
+    assert all(p.unwrapped for p in none._remat_planner.choice.values())
+    assert "no budget" in str(none.remat_summary())
+    s = default.remat_summary()
+    assert "'full'" in str(s) and any(not p.unwrapped for p in default._remat_planner.choice.values())
+    targets = default._remat_planner.targets
+    assert targets["target"] <= targets["full"] < targets["eager"]
+    assert s.peak <= targets["full"] * 1.01
+
+
 def test_unsupported_block_left_unwrapped_with_warning():
     torch.manual_seed(0)
     ref = Net(block=Branchy, p=0.0)

@@ -17,7 +17,7 @@ copy of the same weights and inputs:
   ``host MiB`` column says what they took;
 - ``remat B``: ``remat.checkpoint(model, budget=B)`` at each of ``--budgets`` and ``min``; its
   warnings are recorded (``warned``: the least it reaches, when the budget is out of reach);
-  ``remat @full``: ``budget=None`` (full checkpointing's predicted peak with the least
+  ``remat @full``: ``budget="full"`` (full checkpointing's predicted peak with the least
   recomputation); ``remat @op-sac``: the fraction op SAC measured, for the comparison at the
   same peak; ``remat 0.6 +offload``: ``offload=True`` (the values the plan keeps go to host
   memory: :mod:`remat.eager.offload`).
@@ -111,11 +111,11 @@ def _inner(model):
 
 def methods(budgets=BUDGETS) -> list[tuple[str, Any]]:
     """``(name, setting)`` of every row, in the table's order. ``remat @full`` is
-    ``budget=None`` (full checkpointing's predicted peak, the least recomputation that keeps it);
+    ``budget="full"`` (full checkpointing's predicted peak, the least recomputation that keeps it);
     ``remat @op-sac`` asks for op SAC's measured fraction (setting ``"op-sac"``, resolved when the
     row runs)."""
     out: list[tuple[str, Any]] = [("none", None), ("full", None), ("op-sac", None), ("offload-all", None)]
-    out += [(f"remat {b:g}", b) for b in budgets] + [("remat min", "min"), ("remat @full", None),
+    out += [(f"remat {b:g}", b) for b in budgets] + [("remat min", "min"), ("remat @full", "full"),
                                                     ("remat @op-sac", "op-sac"),
                                                     (f"remat {OFFLOAD_BUDGET:g} +offload", ("offload", OFFLOAD_BUDGET))]
     return out
@@ -356,14 +356,14 @@ GPU_CHECK_VARIANTS: list[dict] = [
     {"name": "eager-full", "method": "full"},
     {"name": "eager-op-sac", "method": "op-sac"},
     {"name": "eager-offload-all", "method": "offload-all"},
-    {"name": "eager-remat-full-peak", "method": "remat", "budget": None},
+    {"name": "eager-remat-full-peak", "method": "remat", "budget": "full"},
     {"name": "eager-remat-0.5", "method": "remat", "budget": 0.5},
     {"name": "eager-remat-min", "method": "remat", "budget": "min"},
     {"name": "eager-remat-0.5-offload", "method": "remat", "budget": ["offload", 0.5]},
 ]
 """The GPU check's eager stage on GPT-2 (transformers, no torch.compile): no checkpointing,
 transformers' full checkpointing, op SAC, offload-everything (pinned host buffers and a side
-stream on a GPU), and ``remat.checkpoint`` at full checkpointing's peak (``budget=None``), at 0.5
+stream on a GPU), and ``remat.checkpoint`` at full checkpointing's peak (``budget="full"``), at 0.5
 and at ``min``, and at 0.5 with ``offload=True`` (what the plan keeps waits in pinned host memory:
 SAC's cache through :func:`remat.eager.offload.wrap_sac_contexts`, unwrapped blocks through
 :func:`remat.eager.offload.offload_hooks`)."""

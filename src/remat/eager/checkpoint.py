@@ -23,7 +23,7 @@ from .blocks import enable_transformers_checkpointing
 from .policy import Planner, RematPolicy, _raw_forward
 
 
-def checkpoint(model: torch.nn.Module, budget=None, blocks=None, *, strict: bool = False,
+def checkpoint(model: torch.nn.Module, budget="full", blocks=None, *, strict: bool = False,
                offload: bool = False, profile=None, route: str = "auto") -> torch.nn.Module:
     """Plan and apply selective activation checkpointing to ``model``'s blocks; returns ``model``.
 
@@ -32,8 +32,9 @@ def checkpoint(model: torch.nn.Module, budget=None, blocks=None, *, strict: bool
       activations, measured at capture, plus what autograd saves outside the blocks, measured
       in the first step); bytes (``"2GiB"``, an int) bound the step's peak including the
       parameters and their gradients (optimizer state is not counted); ``"min"``: the least
-      memory; ``None``: full checkpointing's predicted peak, with the least recomputation that
-      keeps it. Out of reach: a :class:`remat.RematBudgetWarning` naming the least reachable,
+      memory; ``"full"`` (the default): full checkpointing's predicted peak, with the least
+      recomputation that keeps it; ``None``: no budget, as everywhere in remat: the step as it runs
+      without checkpointing (nothing recomputed). Out of reach: a :class:`remat.RematBudgetWarning` naming the least reachable,
       and the step runs at that least; with ``strict=True``, :class:`remat.InfeasibleBudgetError`.
     - ``blocks``: which modules are blocks (a class, a list of module names, a predicate
       ``f(name, module)``); default: transformers' layers, else same-class children of a ModuleList.

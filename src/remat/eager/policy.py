@@ -102,10 +102,23 @@ def _is_hf_layer(module) -> bool:
     return hasattr(module, "gradient_checkpointing") and hasattr(module, "_can_checkpoint_with_cache")
 
 
+FULL = "full"
+"""The eager default budget: full checkpointing's predicted peak, with the least recomputation
+that keeps it (``budget=None`` is no budget, as everywhere: the step without checkpointing)."""
+
+
+def _eager_budget(budget) -> "Budget | str | None":
+    """``budget`` as the eager planner reads it: :data:`FULL`, None (no budget) or a
+    :class:`~remat.plans.budget.Budget`."""
+    if isinstance(budget, str) and budget.strip().lower() == FULL:
+        return FULL
+    return None if budget is None else Budget.parse(budget)
+
+
 class Planner:
     """The blocks of one model, their plans (cached by call signature) and the step's choice."""
 
-    def __init__(self, model: torch.nn.Module, *, budget=None, blocks=None, strict: bool = False,
+    def __init__(self, model: torch.nn.Module, *, budget=FULL, blocks=None, strict: bool = False,
                  profile=None, offload: bool = False, single: bool = False,
                  sac_overhead_s: float | None = None) -> None:
         if not isinstance(model, torch.nn.Module):
@@ -118,7 +131,7 @@ class Planner:
             raise OptionError(f"profile must be a remat.cost.model.DeviceProfile (None: measured on the "
                               f"device), not {profile!r}")
         self.model = model
-        self.budget = None if budget is None else Budget.parse(budget)
+        self.budget = _eager_budget(budget)
         self.strict = strict
         self.profile = profile
         self.offload = offload
@@ -295,15 +308,17 @@ class Planner:
         full = step_peak([dataclasses.replace(bp.full, live=0) if self.single else bp.full for bp in plans],
                          self.outside)
         b = self.budget
-        if b is None:
+        if b == FULL:
             target, asked = full, "full checkpointing's peak"
+        elif b is None:  # no budget: the step without checkpointing, no recomputation
+            target, asked = eager, "no budget"
         elif b.kind == "min":
             target, asked = None, "min"
         elif b.kind == "fraction":
             target, asked = int(b.value * eager), f"{b.value:g} of the peak without checkpointing"
         else:
             target, asked = max(int(b.value) - self._resident(), 0), f"{format_bytes(int(b.value))} for the step"
-        if b is None:
+        if b == FULL:
             # full checkpointing's peak: the blocks may keep more only where the bytes the
             # prediction is sure of leave room (its gradient estimate is left out, so a
             # pessimistic estimate does not make room that the real step lacks)
@@ -487,10 +502,11 @@ class RematPolicy:
         return self.planner.summary()
 
     def __repr__(self) -> str:
-        return f"RematPolicy({type(self.planner.model).__name__}, budget={self.planner.budget})"
+        b = self.planner.budget
+        return f"RematPolicy({type(self.planner.model).__name__}, budget={b if b in (FULL, None) else b.text!r})"
 
 
-def policy(model_or_block: torch.nn.Module, *example_inputs, budget=None, blocks=None, strict: bool = False,
+def policy(model_or_block: torch.nn.Module, *example_inputs, budget=FULL, blocks=None, strict: bool = False,
            profile=None, **example_kwargs) -> RematPolicy:
     """A planned ``context_fn`` for ``torch.utils.checkpoint(..., use_reentrant=False, context_fn=fn)``
     and transformers' ``model.activation_checkpointing_enable(activation_checkpointing_kwargs=

@@ -93,7 +93,7 @@ class Summary:
 
     def __str__(self) -> str:
         p = self.planner
-        head = f"remat.checkpoint on {type(p.model).__name__}: budget {p.budget.text if p.budget else 'None (full checkpointing peak)'}"
+        head = f"remat.checkpoint on {type(p.model).__name__}: budget {_budget_text(p.budget)}"
         if not self.planned:
             return head + "\n  not planned yet: plans are made at the first training call"
         lines = [head]
@@ -123,3 +123,11 @@ class Summary:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def _budget_text(budget) -> str:
+    if budget is None:
+        return "None (no budget: the step without checkpointing)"
+    if isinstance(budget, str):
+        return f"{budget!r} (full checkpointing's peak)"
+    return budget.text
