@@ -171,7 +171,6 @@ def test_a_fraction_is_of_the_peak_above_the_step_s_start_whatever_zero_grad_doe
     keeps them (then autograd adds the new ones into the kept ones): either way the measured
     peak above the step's start is the simulator's peak above the inputs and parameters."""
     from remat.bench.measure import peak_memory
-    from remat.plans.budget import Budget
     from remat.plans.simulator import simulate
 
     torch.manual_seed(0)
@@ -188,7 +187,9 @@ def test_a_fraction_is_of_the_peak_above_the_step_s_start_whatever_zero_grad_doe
     (plan,) = plans
     sim = simulate(plan.schedule())
     above_start = sim.peak_bytes - sim.constant_bytes
-    assert above_start <= Budget.parse(0.9).bytes_for(plan.graph) - sim.constant_bytes
+    # within the fraction's bytes: of the captured graph's reference (a plan that splits runs on
+    # the graph with its parts, whose own reference is another)
+    assert above_start <= plan.options["budget_bytes"] - sim.constant_bytes
     assert abs(measured.peak_bytes - above_start) <= 0.05 * above_start, (measured.peak_bytes, above_start)
 
 

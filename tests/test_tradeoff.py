@@ -1,4 +1,4 @@
-"""The memory/time frontier (issue 39, item 7): remat.solvers.tradeoff, remat.frontier and
+"""The memory/time frontier (issue 39, item 7): remat.step.tradeoff, remat.frontier and
 ``remat plan --frontier``.
 
 On the seeds' small graphs (seeds/003's f(a,b,c,d) = cos(cos(a+b+c+d)), the offload chain) and
@@ -15,7 +15,7 @@ import warnings
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import remat.solvers.tradeoff as tradeoff_module
+import remat.step.tradeoff as tradeoff_module
 from remat.cli.main import main
 from remat.errors import InfeasibleBudgetError, RematError
 from remat.graph.examples import cos_cos_graph, offload_chain
@@ -24,7 +24,7 @@ from remat.plans.budget import Budget, reference_peak
 from remat.plans.simulator import simulate
 from remat.solvers import solve
 from remat.solvers.registry import request
-from remat.solvers.tradeoff import Point, Tradeoff, dominates, tradeoff
+from remat.step.tradeoff import Point, Tradeoff, dominates, tradeoff
 from remat.step.planner import StepPlanner
 from strategies import joint_graphs
 

@@ -16,7 +16,7 @@ from .lower.options import COMPILERS, NAMES, Options
 from .plans.plan import Plan
 from .solvers import DEFAULT_TIME_LIMIT
 from .solvers.magis.search import check_overhead
-from .solvers.tradeoff import FRACTIONS, OVERHEADS, Tradeoffs, tradeoff
+from .step.tradeoff import FRACTIONS, OVERHEADS, Tradeoffs, tradeoff
 
 _TORCH_COMPILE = ("fullgraph", "dynamic", "mode", "options", "disable")
 _REMAT_OPTIONS = (*NAMES, "max_overhead")

@@ -27,7 +27,7 @@ from ..graph.io import load_graph
 from ..plans.budget import TORCH_HEADROOM, Budget
 from ..solvers import check_time_limit, info, names, solve
 from ..solvers.progress import shown
-from ..solvers.tradeoff import FRACTIONS, OVERHEADS, size_unit, tradeoff
+from ..step.tradeoff import FRACTIONS, OVERHEADS, size_unit, tradeoff
 
 
 def _link_options(graph, args) -> dict:

@@ -6,10 +6,13 @@ found nothing that fits, and returns the best (every attempt in ``details["tried
 1. **the no-budget plan** (conservative min cut): when it fits, it is the answer unless a
    frontier plan is no larger and clearly faster (:data:`CLEARLY_FASTER`), so a budget never
    gives a plan that needs more memory or time than ``remat.compile(model)`` without one.
-   Without a budget (``budget=None``) only this stage and the next run, and the same rule
-   picks: the no-budget plan is never beaten on both peak and predicted time by a plan a
+   Without a budget (``budget=None``) under a compiler that does not fuse (the eager
+   compiler; a graph without a device), only this stage and the next run, and the same rule
+   picks: the no-budget plan is never beaten on both peak and predicted time by a saved set a
    fraction would get (GPT-2, Llama, BERT, Mistral quick under the eager compiler: frontier
-   plans 2-3% faster and 1-7% smaller than the min cut; 0.03-0.1 s on their 400-750 nodes);
+   plans 2-3% faster and 1-7% smaller than the min cut, which assumes the fusion that compiler
+   lacks; 0.03-0.1 s on their 400-750 nodes). Under inductor the min cut is PyTorch's own plan,
+   and it stays;
 2. **the fusion-aware frontier** (:mod:`remat.solvers.mincut.frontier`): every saved set that
    is cheapest for some price of memory, and the aggressive min cut, each judged by the
    simulator (real peak, fusion-aware predicted time); the fastest within the budget wins.
@@ -155,7 +158,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
               time_limit: float | None = None, *, swapping: bool = False,
               within: float | None = None) -> Plan:
     """The best starting plan for ``budget`` bytes (0: the least peak; None: the conservative
-    min cut, or the fastest frontier plan no larger and clearly faster) within ``time_limit`` seconds (see the module docstring); every plan made is in
+    min cut, or, without fusion, the fastest frontier plan no larger and clearly faster) within ``time_limit`` seconds (see the module docstring); every plan made is in
     ``details["tried"]``. ``swapping``: offloading too (stage 5). ``within`` (with budget 0):
     the least peak among the plans predicted within ``within`` seconds (a staged schedule's
     time times :data:`STAGED_PENALTY`) and no larger than the conservative min cut; the fastest
@@ -175,7 +178,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         except RematError as e:  # a graph this solver cannot plan
             p = Plan.without_schedule(g, solver=name, status="unsupported", message=str(e))
         if p.statements is not None and (p.sim is None or p.budget != limit):
-            p.judge(limit, cm)
+            p = p.judge(limit, cm)
         plans.append(p)
         return p
 
@@ -185,6 +188,8 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         base = attempt("mincut-conservative", lambda: cut)
     else:
         base = attempt("mincut-conservative", lambda: mincut(g, "conservative"))
+    if fastest_only and cm.fused_memory:  # under inductor the min cut is PyTorch's own plan
+        return _done(base, plans, t0, 0)
     report(f"{g.name}: the fusion-aware frontier")
     points = _frontier_plans(g, cm, clock, attempt)
     attempt("mincut-aggressive", lambda: mincut(g, "aggressive"))
@@ -192,7 +197,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     if saved is not None:  # plain torch.compile's partition, the reference of a fraction: 1.0 fits
         attempt("torch-mincut", lambda: Plan.from_saved_set(g, saved, solver="torch-mincut"))
     if fastest_only:
-        return _done(_clearly_faster(base, plans), plans, t0, points)
+        return _done(_clearly_faster(base, plans) if not cm.fused_memory else base, plans, t0, points)
     if least or not any(p.feasible for p in plans):
         _descent(g, cm, clock, plans, limit, attempt)
     if base.feasible and not least:
@@ -225,7 +230,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         best = min(_bounded(valid, base, within), key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
         if best.status not in FEASIBLE_STATUSES:  # a baseline asked for 0 bytes says "infeasible"
             best.details["solver_status"], best.status = best.status, "feasible"
-        best.judge(best.peak_bytes, cm, sim=best.sim)
+        best = best.judge(best.peak_bytes, cm, sim=best.sim)
         return _done(best, plans, t0, points)
     fits = [p for p in plans if p.feasible]
     if fits:

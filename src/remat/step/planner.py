@@ -254,12 +254,14 @@ def min_if_it_fits(plan: Plan, least: Callable[[], Plan]) -> Plan:
     except RematError:
         return plan
     asked = plan.options.get("planned_bytes", plan.budget)
-    if m.peak_bytes is None or asked is None or m.peak_bytes > asked \
+    if m.peak_bytes is None or asked is None or m.statements is None or m.peak_bytes > asked \
             or bounded_seconds(m) > bounded_seconds(plan):
         return plan
-    return m.updated(budget=plan.budget, options={k: plan.options[k] for k in ("budget_bytes", "planned_bytes")
-                                                  if k in plan.options},
-                     details={"instead_of": plan.solver})
+    judged = m.updated().judge(asked)  # replayed: a search plan's recorded peak has been under its replay's
+    if not judged.feasible or bounded_seconds(judged) > bounded_seconds(plan):
+        return plan
+    return judged.updated(options={k: plan.options[k] for k in ("budget_bytes", "planned_bytes")
+                                   if k in plan.options}, details={"instead_of": plan.solver})
 
 
 def slowdown(graph: Graph, plan: Plan) -> str:

@@ -35,11 +35,12 @@ from ..graph.graph import Graph
 from ..plans.budget import (Budget, activation_bytes, format_bytes, reference_name, reference_peak,
                             resident_bytes)
 from ..plans.plan import Plan
-from .auto import MIN_OVERHEAD
-from .magis.search import check_overhead, reference_seconds
-from .portfolio import STAGED_PENALTY, bounded_seconds
-from .progress import report
-from .registry import info, on_a_graph, solve
+from ..solvers.auto import MIN_OVERHEAD
+from ..solvers.magis.search import check_overhead, reference_seconds
+from ..solvers.portfolio import STAGED_PENALTY, bounded_seconds, is_staged
+from ..solvers.progress import report
+from ..solvers.registry import info, on_a_graph, solve
+from .planner import min_if_it_fits, out_of_reach
 
 FORMAT = "remat.tradeoff"
 VERSION = 1
@@ -348,7 +349,7 @@ def tradeoff(g: Graph, *, solver: str = "auto", fractions: Iterable[float | str]
         overhead = value if kind == "overhead" else MIN_OVERHEAD if kind == "min" and solver == "auto" else None
         bound_seconds = None if overhead is None else ref_seconds * (1 + overhead)
         picks.append(_pick(label, kind, value, plan, reached, message, points, merged, bound_bytes,
-                           bound_seconds, least, ref_seconds * (1 + MIN_OVERHEAD), fraction, ratio))
+                           bound_seconds, least, ref_seconds * (1 + MIN_OVERHEAD), fraction, ratio, solver))
     return Tradeoff(g.name, len(g), solver, tuple(points), tuple(picks), ref, resident, scale, len(found),
                     time.perf_counter() - t0, g)
 
@@ -428,7 +429,7 @@ def _non_dominated(merged: Sequence[Point]) -> list[Point]:
 
 def _pick(label: str, kind: str, value, plan: Plan | None, reached: bool, message: str,
           points: list[Point], merged: list[Point], bound_bytes: int | None, bound_seconds: float | None,
-          least: Plan | None, min_seconds: float, fraction, ratio) -> Pick:
+          least: Plan | None, min_seconds: float, fraction, ratio, solver: str = "auto") -> Pick:
     """The pick for one budget: ``plan`` (what :func:`solve` returned, or the least-peak plan
     of the error it raised), placed against ``points``; its best among ``merged``."""
     best = _best(kind, merged, bound_bytes, bound_seconds)
@@ -436,7 +437,7 @@ def _pick(label: str, kind: str, value, plan: Plan | None, reached: bool, messag
             or plan.sim is None or not plan.sim.valid:
         return Pick(label, kind, value, None if plan is None else plan.solver, None, None, None, None, False,
                     True, None, best=best, bound_bytes=bound_bytes, bound_seconds=bound_seconds,
-                    runs_min=kind == "fraction" and runs_min(None, False, least),
+                    runs_min=kind == "fraction" and runs_min(None, False, least, solver),
                     message=message or (plan.message if plan is not None else "no plan"), plan=plan)
     here = SimpleNamespace(peak_bytes=plan.peak_bytes, predicted_seconds=plan.predicted_seconds)
     over = [i for i, p in enumerate(points) if dominates(p, here)]
@@ -451,20 +452,19 @@ def _pick(label: str, kind: str, value, plan: Plan | None, reached: bool, messag
         met = bool(plan.details.get("within_overhead", True))
     else:
         met = True
-    instead = kind == "fraction" and runs_min(plan, reached, least)
+    instead = kind == "fraction" and runs_min(plan, reached, least, solver)
     return Pick(label, kind, value, plan.solver, plan.peak_bytes, plan.predicted_seconds,
                 fraction(plan.peak_bytes), ratio(plan.predicted_seconds), met, not met, not over, dominated,
                 best, bound_bytes, bound_seconds, instead, message, plan)
 
 
-def runs_min(plan: Plan | None, reached: bool, least: Plan | None) -> bool:
-    """Whether ``remat.compile``, planning a step of one graph at a fraction,
-    runs ``"min"``'s plan ``least`` instead of ``plan``, what :func:`remat.solve` returned (or,
-    not ``reached``, the least peak it found): out of reach, unless ``plan`` is smaller than
-    ``least`` and predicted no slower (times as :func:`~remat.solvers.portfolio.bounded_seconds`
-    counts them); met, never. The step planner's rule (``remat.step.planner.out_of_reach``), written
-    here again because the solvers may not import the layer above them; the tests hold the two
-    to the same answers. False where the two plans are the same point."""
+def runs_min(plan: Plan | None, reached: bool, least: Plan | None, solver: str = "auto") -> bool:
+    """Whether ``remat.compile``, planning a step of one graph at a fraction, runs ``"min"``'s
+    plan ``least`` instead of ``plan``, what :func:`remat.solve` returned (or, not ``reached``,
+    the least peak it found): the step planner's own rules, called here
+    (:func:`~remat.step.planner.out_of_reach` out of reach; met by ``auto`` with a staged
+    schedule, :func:`~remat.step.planner.min_if_it_fits`). False where the two plans are the
+    same point."""
     if least is None or least.peak_bytes is None:
         return False
     if plan is None or plan.peak_bytes is None:
@@ -472,8 +472,10 @@ def runs_min(plan: Plan | None, reached: bool, least: Plan | None) -> bool:
     if _same(plan.peak_bytes, plan.predicted_seconds, least.peak_bytes, least.predicted_seconds):
         return False  # the same point either way
     if not reached:
-        return plan.peak_bytes >= least.peak_bytes or bounded_seconds(plan) > bounded_seconds(least)
-    return False  # met: the plan met runs
+        return out_of_reach(plan, least) is least
+    if solver == "auto" and plan.feasible and is_staged(plan):
+        return min_if_it_fits(plan, lambda: least) is not plan
+    return False
 
 
 def _best(kind: str, merged: list[Point], bound_bytes: int | None, bound_seconds: float | None) -> Point | None:
