@@ -115,6 +115,9 @@ class PlanStatus(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
 
+    def __repr__(self) -> str:  # shown as the string it equals (in tuples, reports, doctests)
+        return repr(self.value)
+
     @classmethod
     def of(cls, value: "PlanStatus | str") -> "PlanStatus":
         """``value`` as a status, or a :class:`~remat.errors.PlanError` naming the statuses."""

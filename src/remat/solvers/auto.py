@@ -63,12 +63,16 @@ the plan without a budget's step (predicted 1.12x) at 0.66 of its peak."""
 
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
          time_limit: float | None = None, max_overhead: float | None = None,
-         fission: bool = True) -> Plan:
+         fission: bool = True, staged: bool = True) -> Plan:
     """The conservative min cut without a budget (or a frontier plan no larger and clearly
     faster: :func:`~remat.solvers.portfolio.portfolio`); with one, the fastest plan within it; for
     the least memory (``budget`` 0, what ``"min"`` asks) or with ``max_overhead``, the least
     memory within that overhead (see the module docstring). Each stage is announced to
-    :func:`remat.solvers.progress.report`. ``fission=False``: the search splits no sub-graph."""
+    :func:`remat.solvers.progress.report`. ``fission=False``: the search splits no sub-graph.
+    ``staged=False``: no staged schedules (baselines, MILP) under a budget; the step planner asks
+    so for a fraction, which never runs one (predicted past ``"min"``'s time bound whatever it
+    recomputes: :data:`~remat.solvers.portfolio.STAGED_PENALTY` x a step no faster than
+    recomputing nothing is past ``1 + MIN_OVERHEAD`` x plain torch.compile's)."""
     least = budget is not None and budget <= 0
     if max_overhead is not None and budget is not None and not least:
         raise OptionError("give a memory budget or max_overhead, not both: max_overhead goes with "
@@ -81,7 +85,7 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
     if least or max_overhead is not None:
         overhead = MIN_OVERHEAD if max_overhead is None else float(max_overhead)
         return least_within(g, overhead, cm, clock, fission=fission, share=AUTO_SEARCH_SHARE)
-    plan = portfolio(g, budget, cm, time_limit, swapping=True)
+    plan = portfolio(g, budget, cm, time_limit, swapping=True, staged=staged)
     if plan.feasible or not has_dimensions(g):
         return plan
     # nothing fits: MAGIS's search from this plan (fission too)

@@ -156,13 +156,13 @@ set)."""
 
 def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = None,
               time_limit: float | None = None, *, swapping: bool = False,
-              within: float | None = None) -> Plan:
+              within: float | None = None, staged: bool = True) -> Plan:
     """The best starting plan for ``budget`` bytes (0: the least peak; None: the conservative
     min cut, or, without fusion, the fastest frontier plan no larger and clearly faster) within ``time_limit`` seconds (see the module docstring); every plan made is in
     ``details["tried"]``. ``swapping``: offloading too (stage 5). ``within`` (with budget 0):
     the least peak among the plans predicted within ``within`` seconds (a staged schedule's
     time times :data:`STAGED_PENALTY`) and no larger than the conservative min cut; the fastest
-    of those no larger when none is that fast."""
+    of those no larger when none is that fast. ``staged=False``: no staged schedules (stage 4)."""
     t0 = time.perf_counter()
     clock = Deadline(time_limit)
     cm = cost_model or default_cost_model(g)
@@ -202,10 +202,13 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         _descent(g, cm, clock, plans, limit, attempt)
     if base.feasible and not least:
         return _done(_clearly_faster(base, plans), plans, t0, points)
+    offered = staged
     staged = clock.share(STAGED_SHARE)
     runs_staged = staged_schedules_run_as_planned(cm)
     fastest = min((p.predicted_seconds for p in plans if p.sim is not None and p.sim.valid), default=None)
-    if (least or not any(p.feasible for p in plans)) and not runs_staged:
+    if (least or not any(p.feasible for p in plans)) and not offered:
+        report(f"{g.name}: no staged schedules asked for (saved sets only)")
+    elif (least or not any(p.feasible for p in plans)) and not runs_staged:
         report(f"{g.name}: no staged schedules under a fusing compiler (saved sets only)")
     elif least and within is not None and fastest is not None and within < STAGED_PENALTY * fastest:
         report(f"{g.name}: no staged schedules within {within:.3g} s (saved sets only)")
@@ -219,7 +222,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     elif least or not any(p.feasible for p in plans):
         _baselines(g, cm, staged, limit, attempt)
     if not least and not any(p.feasible for p in plans) and len(g) <= MILP_MAX_NODES \
-            and not staged.expired() and runs_staged:
+            and not staged.expired() and runs_staged and offered:
         report(f"{g.name}: Checkmate's MILP")
         attempt("checkmate", lambda: checkmate(g, budget, time_limit=staged.left(), cost_model=cm,
                                                explain_infeasible=False))

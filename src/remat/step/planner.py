@@ -102,6 +102,9 @@ class StepPlanner:
         else:
             budget, headroom = Budget.of_bytes(max(1, share)), TORCH_HEADROOM if b.kind == "bytes" else 0.0
         req = self._solver_for(graph, self.request)
+        if b is not None and b.kind == "fraction" and req.solver == "auto":
+            # a fraction never runs a staged schedule (past min's time bound: within_min_bound)
+            req = req.using(options={**req.options, "staged": False})
 
         def solve_within(budget, headroom, on_infeasible=None):
             title = f"remat: planning {graph.name} ({len(graph)} nodes)"
@@ -131,9 +134,10 @@ class StepPlanner:
         plan = solve_within(budget, headroom, on_infeasible)
         if plan.details.get("out_of_reach") is not None:
             self._missed(graph, plan, share)
-        elif budget is not None and b.kind != "min" and req.solver == "auto" and plan.feasible \
-                and is_staged(plan):
-            plan = min_if_it_fits(plan, least)
+        elif budget is not None and b.kind != "min" and req.solver == "auto" and plan.feasible:
+            plan = within_min_bound(graph, plan, least, fraction=b.kind == "fraction")
+            if plan.details.get("out_of_reach") is not None:
+                self._missed(graph, plan, share)
         if b is not None and b.kind == "fraction" and plan.feasible and step.followed(graph):
             plan = self._leave_shares(graph, plan, share, solve_within)
         lowered = None
@@ -163,7 +167,7 @@ class StepPlanner:
         e = InfeasibleBudgetError(reach["message"], reach.get("smallest_feasible"), plan)
         if step.may_refuse(graph):
             raise e  # stored when this step did not refuse it (strict=False then)
-        slower = slowdown(graph, plan)
+        slower = slowdown(graph, plan) + (f" {reach['note']}" if reach.get("note") else "")
         if step.refuse_later(graph, e):  # the step's forward decides (StepBudget.verdict)
             step.floors.append(f"{floor(graph, plan)} {slower}")
         elif b.kind == "fraction" and len(step.graphs) == 0:
@@ -241,6 +245,46 @@ def out_of_reach(found: Plan | None, least: Plan) -> Plan:
     if bounded_seconds(found) > bounded_seconds(least):
         return least
     return found
+
+
+def within_min_bound(graph: Graph, plan: Plan, least: Callable[[], Plan], *, fraction: bool = True) -> Plan:
+    """What runs where ``auto`` met a budget with ``plan``: for a staged schedule (tried only
+    where no saved set fits), ``"min"``'s plan where that fits too and is no slower
+    (:func:`min_if_it_fits`); for a fraction (a target) met only by a plan predicted past
+    ``"min"``'s time bound (:data:`~remat.solvers.auto.MIN_OVERHEAD`, a staged time counted with
+    its penalty), ``"min"``'s plan as the fraction's least, out of reach
+    (``details["out_of_reach"]``, its note naming the plan and the byte budget that runs it).
+    So ``"min"`` is the least memory any fraction runs, and asking for less never gives more:
+    a depth-2 Llama at 0.5 had run ``chen-sqrtn-linearized``, predicted 2.7x plain
+    torch.compile's step at 7.29 MiB (and 0.575 of its activation memory, measured 0.744),
+    while 0.4, out of reach, ran ``"min"``'s 8.62 MiB. A byte budget keeps its plan: bytes are a
+    guarantee, time is not. Otherwise ``plan``."""
+    if is_staged(plan):
+        instead = min_if_it_fits(plan, least)
+        if instead is not plan:
+            return instead
+    if not fraction:
+        return plan
+    try:
+        ref = reference_seconds(graph, default_cost_model(graph))
+    except Exception:  # noqa: BLE001 - no reference step to bound by: the plan met runs
+        return plan
+    if bounded_seconds(plan) <= (1 + MIN_OVERHEAD) * ref * (1 + 1e-9):
+        return plan
+    try:
+        m = least()
+    except RematError:
+        return plan
+    if m.peak_bytes is None:
+        return plan
+    kind = "a staged schedule" if is_staged(plan) else "a plan"
+    note = (f"Only {kind} ({plan.solver}, {format_bytes(plan.peak_bytes)}) meets it, predicted "
+            f"{bounded_seconds(plan) / max(ref, 1e-30):.1f}x plain torch.compile's step, past min's "
+            f"{1 + MIN_OVERHEAD:g}x; budget={plan.peak_bytes} (bytes) runs it.")
+    return m.updated(details={"out_of_reach": {"message": f"only {kind} ({plan.solver}) meets it, past "
+                                                          "min's time bound",
+                                               "smallest_feasible": plan.peak_bytes, "note": note},
+                              "instead_of": plan.solver})
 
 
 def min_if_it_fits(plan: Plan, least: Callable[[], Plan]) -> Plan:

@@ -37,10 +37,10 @@ from ..plans.budget import (Budget, activation_bytes, format_bytes, reference_na
 from ..plans.plan import Plan
 from ..solvers.auto import MIN_OVERHEAD
 from ..solvers.magis.search import check_overhead, reference_seconds
-from ..solvers.portfolio import STAGED_PENALTY, bounded_seconds, is_staged
+from ..solvers.portfolio import STAGED_PENALTY, bounded_seconds
 from ..solvers.progress import report
 from ..solvers.registry import info, on_a_graph, solve
-from .planner import min_if_it_fits, out_of_reach
+from .planner import out_of_reach, within_min_bound
 
 FORMAT = "remat.tradeoff"
 VERSION = 1
@@ -463,7 +463,7 @@ def runs_min(plan: Plan | None, reached: bool, least: Plan | None, solver: str =
     plan ``least`` instead of ``plan``, what :func:`remat.solve` returned (or, not ``reached``,
     the least peak it found): the step planner's own rules, called here
     (:func:`~remat.step.planner.out_of_reach` out of reach; met by ``auto`` with a staged
-    schedule, :func:`~remat.step.planner.min_if_it_fits`). False where the two plans are the
+    schedule, :func:`~remat.step.planner.within_min_bound`). False where the two plans are the
     same point."""
     if least is None or least.peak_bytes is None:
         return False
@@ -473,8 +473,8 @@ def runs_min(plan: Plan | None, reached: bool, least: Plan | None, solver: str =
         return False  # the same point either way
     if not reached:
         return out_of_reach(plan, least) is least
-    if solver == "auto" and plan.feasible and is_staged(plan):
-        return min_if_it_fits(plan, lambda: least) is not plan
+    if solver == "auto" and plan.feasible and plan.graph is not None:
+        return within_min_bound(plan.graph, plan, lambda: least) is not plan
     return False
 
 
