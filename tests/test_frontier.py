@@ -149,3 +149,20 @@ def test_budget_min_is_the_least_peak_found():
     assert p.peak_bytes == min(others)
     with pytest.raises(InfeasibleBudgetError):
         solve(g, "auto", budget=p.peak_bytes - 1)
+
+
+def test_the_frontier_stops_on_work_and_keeps_both_ends():
+    """Its deterministic stop: at most FRONTIER_MIN_SOLVES max-flows where the work allows fewer
+    (a 100k-node graph's took 32 s of a 60 s limit), the two ends always there and every point
+    one of the whole frontier's (breadth first, so the points found span the hull)."""
+    from remat.graph.synthetic import synthetic_joint_graph
+    from remat.solvers.mincut.frontier import FRONTIER_MIN_SOLVES
+
+    g = synthetic_joint_graph(1500, seed=0)
+    whole = frontier(g, work=None)
+    cut = frontier(g, work=1)
+    assert len(whole) > FRONTIER_MIN_SOLVES and 2 <= len(cut) <= FRONTIER_MIN_SOLVES
+    assert (cut[0].memory, cut[-1].memory) == (whole[0].memory, whole[-1].memory)
+    assert {(p.time, p.memory) for p in cut} <= {(p.time, p.memory) for p in whole}
+    # the default work does not cut a graph this small
+    assert [(p.time, p.memory) for p in frontier(g)] == [(p.time, p.memory) for p in whole]

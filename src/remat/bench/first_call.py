@@ -153,6 +153,21 @@ def install_clocks(clocks: Clocks) -> None:
     sp.StepPlanner.plan = clocks.wrap("solve", sp.StepPlanner.plan)
 
 
+def _record_plans(plans: list) -> None:
+    """Append each plan the step planner returns to ``plans`` (in this process)."""
+    from remat.step import planner as sp
+
+    plan = sp.StepPlanner.plan
+
+    @functools.wraps(plan)
+    def recorded(self, graph, split=None):
+        lowered, p = plan(self, graph, split)
+        plans.append(p)
+        return lowered, p
+
+    sp.StepPlanner.plan = recorded
+
+
 # -- one (depth, method), in this process -----------------------------------------------------------
 
 
@@ -203,8 +218,9 @@ def first_call(depth: int, method: str, compiler: str = "eager", time_limit: flo
     plans: list = []
     ctx: contextlib.AbstractContextManager = contextlib.nullcontext()
     if m["kind"] == "remat":
-        kw: dict = {"compiler": compiler, "cache": False, "dynamic": False,
-                    "on_plan": lambda g, p: plans.append(p)}
+        _record_plans(plans)  # not on_plan: a graph handed to a callback records PyTorch's
+        # reference partition, which a user's remat.compile(model) without one does not run
+        kw: dict = {"compiler": compiler, "cache": False, "dynamic": False}
         if "budget" in m:
             kw["budget"] = m["budget"]
         if time_limit is not None:
