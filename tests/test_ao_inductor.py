@@ -59,8 +59,11 @@ def test_without_the_ao_ops_swap_plans_without_offloading_and_warns():
     out = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao")
     _assert_eager_gradients(out)
     assert out["plans"] and all(p["offloads"] == 0 for p in out["plans"])
-    assert len(out["warnings"]) == 1 and out["warnings"][0].startswith("RematOffloadWarning")
-    assert "no torch.ops.ao.offload" in out["warnings"][0]
+    # one offload warning (a budget warning may come too: 0.8 is met there only by a staged
+    # schedule past min's time bound, which auto does not run for a fraction)
+    offload = [w for w in out["warnings"] if w.startswith("RematOffloadWarning")]
+    assert len(offload) == 1 and "no torch.ops.ao.offload" in offload[0]
+    assert all(w.startswith(("RematOffloadWarning", "RematBudgetWarning")) for w in out["warnings"])
     strict = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao", "--strict")
     assert "RematError" in strict["error"] and "strict=True" in strict["error"]
     assert not strict["plans"]

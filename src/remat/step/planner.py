@@ -102,8 +102,9 @@ class StepPlanner:
         else:
             budget, headroom = Budget.of_bytes(max(1, share)), TORCH_HEADROOM if b.kind == "bytes" else 0.0
         req = self._solver_for(graph, self.request)
-        if b is not None and b.kind == "fraction" and req.solver == "auto":
-            # a fraction never runs a staged schedule (past min's time bound: within_min_bound)
+        if b is not None and b.kind == "fraction" and req.solver == "auto" and not self.strict:
+            # a fraction never runs a staged schedule (past min's time bound: within_min_bound);
+            # under strict=True one that meets it runs rather than an error
             req = req.using(options={**req.options, "staged": False})
 
         def solve_within(budget, headroom, on_infeasible=None):
@@ -135,7 +136,7 @@ class StepPlanner:
         if plan.details.get("out_of_reach") is not None:
             self._missed(graph, plan, share)
         elif budget is not None and b.kind != "min" and req.solver == "auto" and plan.feasible:
-            plan = within_min_bound(graph, plan, least, fraction=b.kind == "fraction")
+            plan = within_min_bound(graph, plan, least, fraction=b.kind == "fraction" and not self.strict)
             if plan.details.get("out_of_reach") is not None:
                 self._missed(graph, plan, share)
         if b is not None and b.kind == "fraction" and plan.feasible and step.followed(graph):
