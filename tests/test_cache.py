@@ -403,11 +403,13 @@ def test_a_fraction_out_of_reach_stores_the_plan_it_ran(_plan_cache, monkeypatch
     def no_solve(*args, **kwargs):
         raise AssertionError("planned again: the out-of-reach plan should have been served")
 
+    real = cached.solve
     monkeypatch.setattr(cached, "solve", no_solve)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", remat.RematBudgetWarning)
         again = remat.plan(f, x, budget=0.05, for_compiler="eager")
     assert again.details["cache"] == "hit" and again.details["out_of_reach"] == first.details["out_of_reach"]
     assert again.saved_names == first.saved_names and again.peak_bytes == first.peak_bytes
-    with pytest.raises(remat.InfeasibleBudgetError):  # strict: the same entry, refused
+    monkeypatch.setattr(cached, "solve", real)  # strict=True asks auto for staged schedules too: another entry
+    with pytest.raises(remat.InfeasibleBudgetError):  # refused
         remat.plan(f, x, budget=0.05, for_compiler="eager", strict=True)

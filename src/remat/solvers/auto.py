@@ -70,9 +70,10 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
     memory within that overhead (see the module docstring). Each stage is announced to
     :func:`remat.solvers.progress.report`. ``fission=False``: the search splits no sub-graph.
     ``staged=False``: no staged schedules (baselines, MILP) under a budget; the step planner asks
-    so for a fraction, which never runs one (predicted past ``"min"``'s time bound whatever it
-    recomputes: :data:`~remat.solvers.portfolio.STAGED_PENALTY` x a step no faster than
-    recomputing nothing is past ``1 + MIN_OVERHEAD`` x plain torch.compile's)."""
+    so for a fraction, which runs one only within ``"min"``'s time bound, and
+    :data:`~remat.solvers.portfolio.STAGED_PENALTY` x a step no faster than recomputing nothing
+    is past ``1 + MIN_OVERHEAD`` x plain torch.compile's step unless that step is much slower
+    than recomputing nothing (the baselines' seconds are then spared)."""
     least = budget is not None and budget <= 0
     if max_overhead is not None and budget is not None and not least:
         raise OptionError("give a memory budget or max_overhead, not both: max_overhead goes with "

@@ -103,8 +103,9 @@ class StepPlanner:
             budget, headroom = Budget.of_bytes(max(1, share)), TORCH_HEADROOM if b.kind == "bytes" else 0.0
         req = self._solver_for(graph, self.request)
         if b is not None and b.kind == "fraction" and req.solver == "auto" and not self.strict:
-            # a fraction never runs a staged schedule (past min's time bound: within_min_bound);
-            # under strict=True one that meets it runs rather than an error
+            # a fraction runs a staged schedule only within min's time bound (within_min_bound),
+            # which one rarely is: the baselines' seconds are spared. Under strict=True a plan
+            # that meets it runs rather than an error, so staged schedules are tried
             req = req.using(options={**req.options, "staged": False})
 
         def solve_within(budget, headroom, on_infeasible=None):
