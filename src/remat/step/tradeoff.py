@@ -15,7 +15,7 @@ bound.
 >>> from remat.graph.examples import offload_chain
 >>> t = tradeoff(offload_chain(), fractions=(1.0, 0.8))
 >>> [(p.peak_bytes, p.predicted_seconds) for p in t.points]
-[(500, 11.0), (600, 9.0), (700, 8.0)]
+[(500, 16.0), (600, 9.0), (700, 8.0)]
 >>> [(k.budget, k.peak_bytes, k.met) for k in t.picks]
 [('none', 700, True), ('1.0', 700, True), ('0.8', 500, True), ('min', 500, True), ('overhead 0.1', 700, True)]
 """
