@@ -153,7 +153,12 @@ def test_a_fraction_met_only_past_min_s_time_bound_runs_min_s_plan_and_says_so(m
     ran = within_min_bound(g, met, lambda: least)
     assert ran.peak_bytes == least.peak_bytes and ran.details["instead_of"] == met.solver
     reach = ran.details["out_of_reach"]
-    assert f"budget={met.peak_bytes} (bytes) runs it" in reach["note"]
+    import re
+
+    from remat.plans.budget import TORCH_HEADROOM
+    asked = int(re.search(r"budget=(\d+) \(bytes\) runs it", reach["note"]).group(1))
+    # what remat.compile plans within for those bytes holds the plan that met the fraction
+    assert Budget.parse(asked).planned_bytes(g, TORCH_HEADROOM) >= met.peak_bytes
     assert within_min_bound(g, met, lambda: least, fraction=False) is met  # bytes: a guarantee
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

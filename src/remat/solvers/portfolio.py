@@ -9,10 +9,10 @@ found nothing that fits, and returns the best (every attempt in ``details["tried
    Without a budget (``budget=None``) under a compiler that does not fuse (the eager
    compiler; a graph without a device), only this stage and the next run, and the same rule
    picks: the no-budget plan is never beaten on both peak and predicted time by a saved set a
-   fraction would get (GPT-2, Llama, BERT, Mistral quick under the eager compiler: frontier
-   plans 2-3% faster and 1-7% smaller than the min cut, which assumes the fusion that compiler
-   lacks; 0.03-0.1 s on their 400-750 nodes). Under inductor the min cut is PyTorch's own plan,
-   and it stays;
+   fraction would get (the min cut assumes the fusion that compiler lacks; on 11 models,
+   ``python benchmarks/budget_range.py``, no budget then measured 0.80-1.00 of plain
+   torch.compile's peak at 0.85-1.05x its step, BENCHMARKS.md). Under inductor the min cut is
+   PyTorch's own plan, and it stays;
 2. **the fusion-aware frontier** (:mod:`remat.solvers.mincut.frontier`): every saved set that
    is cheapest for some price of memory, and the aggressive min cut, each judged by the
    simulator (real peak, fusion-aware predicted time); the fastest within the budget wins.
@@ -163,9 +163,11 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     the least peak among the plans predicted within ``within`` seconds (a staged schedule's
     time times :data:`STAGED_PENALTY`) and no larger than the conservative min cut; the fastest
     of those no larger when none is that fast. ``staged=False``: no staged schedules (stage 4)."""
+    cm = cost_model or default_cost_model(g)
+    if budget is None and cm.fused_memory:  # under inductor the min cut is PyTorch's own plan
+        return mincut(g, "conservative")
     t0 = time.perf_counter()
     clock = Deadline(time_limit)
-    cm = cost_model or default_cost_model(g)
     fastest_only = budget is None  # no budget: the fastest plan no larger than the min cut's
     least = not fastest_only and budget <= 0
     plans: list[Plan] = []
@@ -188,8 +190,6 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         base = attempt("mincut-conservative", lambda: cut)
     else:
         base = attempt("mincut-conservative", lambda: mincut(g, "conservative"))
-    if fastest_only and cm.fused_memory:  # under inductor the min cut is PyTorch's own plan
-        return _done(base, plans, t0, 0)
     report(f"{g.name}: the fusion-aware frontier")
     points = _frontier_plans(g, cm, clock, attempt)
     attempt("mincut-aggressive", lambda: mincut(g, "aggressive"))
@@ -197,7 +197,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     if saved is not None:  # plain torch.compile's partition, the reference of a fraction: 1.0 fits
         attempt("torch-mincut", lambda: Plan.from_saved_set(g, saved, solver="torch-mincut"))
     if fastest_only:
-        return _done(_clearly_faster(base, plans) if not cm.fused_memory else base, plans, t0, points)
+        return _done(_clearly_faster(base, plans), plans, t0, points)
     if least or not any(p.feasible for p in plans):
         _descent(g, cm, clock, plans, limit, attempt)
     if base.feasible and not least:

@@ -26,6 +26,7 @@ bound's scale) need it.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Callable
 
@@ -280,9 +281,10 @@ def within_min_bound(graph: Graph, plan: Plan, least: Callable[[], Plan], *, fra
     if m.peak_bytes is None:
         return plan
     kind = "a staged schedule" if is_staged(plan) else "a plan"
+    asked = math.ceil(plan.peak_bytes / (1 - TORCH_HEADROOM))  # remat.compile plans within 99% of bytes
     note = (f"Only {kind} ({plan.solver}, {format_bytes(plan.peak_bytes)}) meets it, predicted "
             f"{bounded_seconds(plan) / max(ref, 1e-30):.1f}x plain torch.compile's step, past min's "
-            f"{1 + MIN_OVERHEAD:g}x; budget={plan.peak_bytes} (bytes) runs it.")
+            f"{1 + MIN_OVERHEAD:g}x; budget={asked} (bytes) runs it.")
     return m.updated(details={"out_of_reach": {"message": f"only {kind} ({plan.solver}) meets it, past "
                                                           "min's time bound",
                                                "smallest_feasible": plan.peak_bytes, "note": note},
@@ -303,7 +305,7 @@ def min_if_it_fits(plan: Plan, least: Callable[[], Plan]) -> Plan:
     if m.peak_bytes is None or asked is None or m.statements is None or m.peak_bytes > asked \
             or bounded_seconds(m) > bounded_seconds(plan):
         return plan
-    judged = m.updated().judge(asked)  # replayed: a search plan's recorded peak has been under its replay's
+    judged = m.judge(asked)  # min's plan as a plan of this budget (judged against its bytes)
     if not judged.feasible or bounded_seconds(judged) > bounded_seconds(plan):
         return plan
     return judged.updated(options={k: plan.options[k] for k in ("budget_bytes", "planned_bytes")
