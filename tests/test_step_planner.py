@@ -19,7 +19,7 @@ from remat.plans.budget import Budget
 from remat.solvers import solve
 from remat.solvers.auto import MIN_OVERHEAD
 from remat.solvers.magis.search import reference_seconds
-from remat.solvers.portfolio import CLEARLY_FASTER, SAVED_SET_SOLVERS, bounded_seconds
+from remat.solvers.portfolio import CLEARLY_FASTER, SAVED_SET_SOLVERS, STAGED_PENALTY, bounded_seconds
 from remat.solvers.registry import request
 from remat.step.planner import StepPlanner, out_of_reach
 from strategies import joint_graphs
@@ -149,7 +149,7 @@ def test_a_fraction_met_only_past_min_s_time_bound_runs_min_s_plan_and_says_so(m
     least = solve(g, "auto", budget="min", time_limit=10)
     met = solve(g, "auto", budget=0.9, time_limit=10)
     assert within_min_bound(g, met, lambda: least) is met  # within the bound: as met
-    monkeypatch.setattr(planner_module, "MIN_OVERHEAD", -0.999)  # every plan past the bound
+    monkeypatch.setattr(planner_module, "min_seconds", lambda g, cm=None: 1e-9)  # every plan past it
     ran = within_min_bound(g, met, lambda: least)
     assert ran.peak_bytes == least.peak_bytes and ran.details["instead_of"] == met.solver
     reach = ran.details["out_of_reach"]
@@ -166,3 +166,36 @@ def test_a_fraction_met_only_past_min_s_time_bound_runs_min_s_plan_and_says_so(m
     assert plan.peak_bytes == least.peak_bytes and plan.details.get("out_of_reach") is not None
     texts = [str(w.message) for w in caught if issubclass(w.category, RematBudgetWarning)]
     assert any("out of reach" in t and "past min's" in t and "(bytes) runs it" in t for t in texts), texts
+
+
+STAGED = {"checkpoint-all", "chen-sqrtn", "chen-greedy", "griewank"}
+
+
+def test_a_fraction_tries_staged_schedules_only_where_one_could_be_within_min_s_bound():
+    """A fraction runs a staged schedule only within ``"min"``'s time bound (a staged time counted
+    STAGED_PENALTY times), so ``auto`` spares the baselines where none could be: on the offload
+    chain, whose reference step (8 s) is the fastest plan's, 2.3 x 8 s is past 2 x 8 s. Where plain
+    torch.compile's step is slower (its partition recorded as saving only the input: 11 s, a
+    bound of 22 s) one could be, and they run. Either way no saved set fits 0.8 and the plan
+    that runs is min's, out of reach; ``"min"`` breaks a tie in peak by the staged time counted
+    with its penalty, so a saved set (descent's) beats Chen's equal schedule."""
+    from remat.graph.examples import offload_chain
+    from remat.plans.budget import REFERENCE_SAVED
+    from remat.solvers.auto import min_seconds
+
+    fast, slow = offload_chain(), offload_chain()
+    for g in (fast, slow):  # offloading's 500 B would meet 0.8 (planned() says why it is off)
+        g.meta["offload"] = {"allowed": False, "reason": "staged schedules or none"}
+    slow.meta[REFERENCE_SAVED] = ["x"]
+    assert min_seconds(fast) < STAGED_PENALTY * 8.0 <= min_seconds(slow)
+    for g, tried_staged in ((fast, False), (slow, True)):
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            _, plan = planner(0.8).plan(g)
+        tried = {t["solver"] for t in plan.details.get("tried", ())}
+        assert bool(tried & STAGED) == tried_staged, tried
+        assert plan.details.get("out_of_reach") is not None
+    assert plan.solver == "descent" and plan.peak_bytes == 600  # a saved set, not chen-greedy's tie
+    # bytes keep the staged schedules wherever they are: Griewank's 500 B meets 506 B (1% headroom)
+    _, plan = planner(506).plan(fast)
+    assert (plan.solver, plan.peak_bytes) == ("griewank", 500)

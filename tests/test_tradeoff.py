@@ -23,6 +23,7 @@ from remat.graph.io import save_graph
 from remat.plans.budget import Budget, reference_peak
 from remat.plans.simulator import simulate
 from remat.solvers import solve
+from remat.solvers.auto import min_seconds
 from remat.solvers.registry import request
 from remat.step.tradeoff import Point, Tradeoff, dominates, tradeoff
 from remat.step.planner import StepPlanner
@@ -41,7 +42,7 @@ def solved(g, k):
     budget = {"none": None, "min": "min", "overhead": None}.get(k.kind, k.value)
     extra = {"max_overhead": k.value} if k.kind == "overhead" else {}
     if k.kind == "fraction":  # as the step planner asks auto for a fraction
-        extra["staged"] = False
+        extra["staged_within"] = min_seconds(g)
     try:
         return solve(g, "auto", budget=budget, time_limit=None, **extra), True
     except InfeasibleBudgetError as e:
@@ -164,7 +165,7 @@ def test_a_dominated_pick_is_reported(monkeypatch):
     def aggressive_at_09(graph, solver, *, budget=None, **kw):
         if budget is not None and budget.kind == "fraction" and budget.value == 0.9:
             solver = "mincut-aggressive"
-            kw.pop("staged", None)  # auto's option
+            kw.pop("staged_within", None)  # auto's option
         return real(graph, solver, budget=budget, **kw)
 
     monkeypatch.setattr(tradeoff_module, "solve", aggressive_at_09)

@@ -38,7 +38,7 @@ from ..errors import OptionError
 from ..graph.graph import Graph
 from ..plans.plan import Plan
 from .deadline import Deadline
-from .magis.search import check_overhead, has_dimensions, least_within, refine
+from .magis.search import check_overhead, has_dimensions, least_within, reference_seconds, refine
 from .portfolio import portfolio
 
 AUTO_SEARCH_SHARE = 1 / 6
@@ -61,19 +61,28 @@ with room for larger models, and no staged schedule qualifies under it
 the plan without a budget's step (predicted 1.12x) at 0.66 of its peak."""
 
 
+def min_seconds(g: Graph, cm: CostModel | None = None) -> float:
+    """``"min"``'s time bound on ``g``: ``1 + MIN_OVERHEAD`` times the reference step's predicted
+    seconds (:func:`~remat.solvers.magis.search.reference_seconds`). Raises where ``g`` has no
+    reference partition recorded."""
+    return (1 + MIN_OVERHEAD) * reference_seconds(g, cm or default_cost_model(g))
+
+
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
          time_limit: float | None = None, max_overhead: float | None = None,
-         fission: bool = True, staged: bool = True) -> Plan:
+         fission: bool = True, staged_within: float | None = None) -> Plan:
     """The conservative min cut without a budget (or a frontier plan no larger and clearly
     faster: :func:`~remat.solvers.portfolio.portfolio`); with one, the fastest plan within it; for
     the least memory (``budget`` 0, what ``"min"`` asks) or with ``max_overhead``, the least
     memory within that overhead (see the module docstring). Each stage is announced to
     :func:`remat.solvers.progress.report`. ``fission=False``: the search splits no sub-graph.
-    ``staged=False``: no staged schedules (baselines, MILP) under a budget; the step planner asks
-    so for a fraction, which runs one only within ``"min"``'s time bound, and
-    :data:`~remat.solvers.portfolio.STAGED_PENALTY` x a step no faster than recomputing nothing
-    is past ``1 + MIN_OVERHEAD`` x plain torch.compile's step unless that step is much slower
-    than recomputing nothing (the baselines' seconds are then spared)."""
+    ``staged_within`` (seconds): under a budget, staged schedules (baselines, MILP) only where
+    one could be predicted within it, its time counted
+    :data:`~remat.solvers.portfolio.STAGED_PENALTY` times against the fastest plan found (a
+    staged schedule is never faster than that). The step planner passes :func:`min_seconds` for
+    a fraction, which runs a staged schedule only within ``"min"``'s time bound: where the
+    reference step is no slower than recomputing nothing, none can be, and the baselines'
+    seconds are spared; where it is much slower (an offloading chain), they still run."""
     least = budget is not None and budget <= 0
     if max_overhead is not None and budget is not None and not least:
         raise OptionError("give a memory budget or max_overhead, not both: max_overhead goes with "
@@ -86,7 +95,7 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
     if least or max_overhead is not None:
         overhead = MIN_OVERHEAD if max_overhead is None else float(max_overhead)
         return least_within(g, overhead, cm, clock, fission=fission, share=AUTO_SEARCH_SHARE)
-    plan = portfolio(g, budget, cm, time_limit, swapping=True, staged=staged)
+    plan = portfolio(g, budget, cm, time_limit, swapping=True, within=staged_within)
     if plan.feasible or not has_dimensions(g):
         return plan
     # nothing fits: MAGIS's search from this plan (fission too)

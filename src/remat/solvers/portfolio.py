@@ -162,7 +162,8 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     ``details["tried"]``. ``swapping``: offloading too (stage 5). ``within`` (with budget 0):
     the least peak among the plans predicted within ``within`` seconds (a staged schedule's
     time times :data:`STAGED_PENALTY`) and no larger than the conservative min cut; the fastest
-    of those no larger when none is that fast. ``staged=False``: no staged schedules (stage 4)."""
+    of those no larger when none is that fast; with a budget, it spares the staged schedules
+    where none could be predicted within it. ``staged=False``: no staged schedules (stage 4)."""
     cm = cost_model or default_cost_model(g)
     if budget is None and cm.fused_memory:  # under inductor the min cut is PyTorch's own plan
         return mincut(g, "conservative")
@@ -202,16 +203,16 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         _descent(g, cm, clock, plans, limit, attempt)
     if base.feasible and not least:
         return _done(_clearly_faster(base, plans), plans, t0, points)
-    offered = staged
-    staged = clock.share(STAGED_SHARE)
     runs_staged = staged_schedules_run_as_planned(cm)
     fastest = min((p.predicted_seconds for p in plans if p.sim is not None and p.sim.valid), default=None)
+    # a staged schedule is never faster than the fastest plan found: within that bound, none can be
+    offered = staged and not (within is not None and fastest is not None and within < STAGED_PENALTY * fastest)
+    staged = clock.share(STAGED_SHARE)
     if (least or not any(p.feasible for p in plans)) and not offered:
-        report(f"{g.name}: no staged schedules asked for (saved sets only)")
+        report(f"{g.name}: no staged schedules " + ("asked for" if within is None else
+                                                     f"within {within:.3g} s") + " (saved sets only)")
     elif (least or not any(p.feasible for p in plans)) and not runs_staged:
         report(f"{g.name}: no staged schedules under a fusing compiler (saved sets only)")
-    elif least and within is not None and fastest is not None and within < STAGED_PENALTY * fastest:
-        report(f"{g.name}: no staged schedules within {within:.3g} s (saved sets only)")
     elif (least or not any(p.feasible for p in plans)) and staged_stages(g) > STAGED_MAX_STAGES:
         report(f"{g.name}: no staged baselines on {staged_stages(g):,} stages (saved sets only)")
         why = (f"{staged_stages(g):,} stages, over STAGED_MAX_STAGES={STAGED_MAX_STAGES:,}: a staged "
@@ -230,7 +231,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
         _swapped(g, cm, clock, plans, limit, least, attempt)
     valid = [p for p in plans if p.peak_bytes is not None and p.status != "invalid"]
     if least and valid:
-        best = min(_bounded(valid, base, within), key=lambda p: (p.peak_bytes, p.predicted_seconds, p.solver))
+        best = min(_bounded(valid, base, within), key=lambda p: (p.peak_bytes, bounded_seconds(p), p.solver))
         if best.status not in FEASIBLE_STATUSES:  # a baseline asked for 0 bytes says "infeasible"
             best.details["solver_status"], best.status = best.status, "feasible"
         best = best.judge(best.peak_bytes, cm, sim=best.sim)

@@ -38,7 +38,7 @@ from ..graph.graph import Graph
 from ..plans.budget import TORCH_HEADROOM, Budget, format_bytes
 from ..plans.plan import Plan
 from ..solvers import info
-from ..solvers.auto import MIN_OVERHEAD
+from ..solvers.auto import MIN_OVERHEAD, min_seconds
 from ..solvers.cached import cached_solve
 from ..solvers.feasible import staged_schedules_run_as_planned
 from ..solvers.magis.search import reference_seconds
@@ -104,10 +104,7 @@ class StepPlanner:
             budget, headroom = Budget.of_bytes(max(1, share)), TORCH_HEADROOM if b.kind == "bytes" else 0.0
         req = self._solver_for(graph, self.request)
         if b is not None and b.kind == "fraction" and req.solver == "auto" and not self.strict:
-            # a fraction runs a staged schedule only within min's time bound (within_min_bound),
-            # which one rarely is: the baselines' seconds are spared. Under strict=True a plan
-            # that meets it runs rather than an error, so staged schedules are tried
-            req = req.using(options={**req.options, "staged": False})
+            req = fraction_request(graph, req)
 
         def solve_within(budget, headroom, on_infeasible=None):
             title = f"remat: planning {graph.name} ({len(graph)} nodes)"
@@ -234,6 +231,21 @@ class StepPlanner:
             "keeps to saved sets under inductor, or compiler='eager'.", RematBudgetWarning, stacklevel=3)
 
 
+def fraction_request(graph: Graph, req: Request) -> Request:
+    """``auto``'s request for a fraction of ``graph``'s reference: staged schedules only where
+    one could be predicted within ``"min"``'s time bound (:func:`~remat.solvers.auto.min_seconds`),
+    since a fraction runs one only there (:func:`within_min_bound`). Where plain torch.compile's
+    step is no slower than recomputing nothing none can be, and the baselines' seconds are
+    spared (depth-2 Llama at 0.5: 8.6 s to 1.9 s); where it is much slower (recorded from an
+    offloading partition, say) they still run. Under ``strict=True`` a plan that meets a fraction runs rather than an error, so the
+    step planner does not ask this there."""
+    try:
+        bound = min_seconds(graph)
+    except Exception:  # noqa: BLE001 - no reference recorded: staged schedules as auto tries them
+        return req
+    return req.using(options={**req.options, "staged_within": bound})
+
+
 def out_of_reach(found: Plan | None, least: Plan) -> Plan:
     """What a graph runs when its share of a budget is out of reach: ``least`` (``"min"``'s
     plan, the least memory within :data:`~remat.solvers.auto.MIN_OVERHEAD`), or ``found`` (the
@@ -269,10 +281,10 @@ def within_min_bound(graph: Graph, plan: Plan, least: Callable[[], Plan], *, fra
     if not fraction:
         return plan
     try:
-        ref = reference_seconds(graph, default_cost_model(graph))
+        bound = min_seconds(graph)
     except Exception:  # noqa: BLE001 - no reference step to bound by: the plan met runs
         return plan
-    if bounded_seconds(plan) <= (1 + MIN_OVERHEAD) * ref * (1 + 1e-9):
+    if bounded_seconds(plan) <= bound * (1 + 1e-9):
         return plan
     try:
         m = least()
@@ -283,7 +295,7 @@ def within_min_bound(graph: Graph, plan: Plan, least: Callable[[], Plan], *, fra
     kind = "a staged schedule" if is_staged(plan) else "a plan"
     asked = math.ceil(plan.peak_bytes / (1 - TORCH_HEADROOM))  # remat.compile plans within 99% of bytes
     note = (f"Only {kind} ({plan.solver}, {format_bytes(plan.peak_bytes)}) meets it, predicted "
-            f"{bounded_seconds(plan) / max(ref, 1e-30):.1f}x plain torch.compile's step, past min's "
+            f"{bounded_seconds(plan) * (1 + MIN_OVERHEAD) / max(bound, 1e-30):.1f}x plain torch.compile's step, past min's "
             f"{1 + MIN_OVERHEAD:g}x; budget={asked} (bytes) runs it.")
     return m.updated(details={"out_of_reach": {"message": f"only {kind} ({plan.solver}) meets it, past "
                                                           "min's time bound",

@@ -327,7 +327,7 @@ def tradeoff(g: Graph, *, solver: str = "auto", fractions: Iterable[float | str]
         budget = Budget.least() if kind == "min" else Budget.parse(value) if kind == "fraction" else None
         extra = {"max_overhead": value} if kind == "overhead" else {}
         if kind == "fraction" and solver == "auto":  # as the step planner asks for a fraction
-            extra["staged"] = False
+            extra["staged_within"] = ref_seconds * (1 + MIN_OVERHEAD)
         plan, reached, message = None, True, ""
         try:
             plan = solve(g, solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
