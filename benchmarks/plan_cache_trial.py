@@ -12,7 +12,7 @@ file is overwritten with bytes that are not UTF-8, and run 3 plans again (a
 
 Columns: the first step's seconds (capture, planning and the step), the planner's seconds (the
 plans' ``solve_seconds``), the cache's answer, whether the plan is the out-of-reach one
-(``details["out_of_reach"]``), and the warnings: budget, cache, fallback.
+(``plan.out_of_reach``), and the warnings: budget, cache, fallback.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ with warnings.catch_warnings(record=True) as seen:
 count = lambda c: sum(issubclass(w.category, c) for w in seen)
 print(json.dumps({"first_step_s": first, "planning_s": sum(p.solve_seconds for p in plans),
                   "cache": ",".join(str(p.details.get("cache")) for p in plans),
-                  "out_of_reach": all(bool(p.details.get("out_of_reach")) for p in plans),
+                  "out_of_reach": all(p.out_of_reach is not None for p in plans),
                   "budget_warnings": count(remat.RematBudgetWarning), "cache_warnings": count(remat.RematCacheWarning),
                   "fallback_warnings": count(remat.RematFallbackWarning)}))
 """

@@ -60,8 +60,7 @@ t0 = time.perf_counter()
 try:
     p = remat.solve(g, "auto", budget={budget!r}, time_limit={limit!r})
     solver, status = p.solver, p.status
-    tried = p.details.get("tried", [])
-    stops = sorted({{t["solver"] + ": " + t["status"] for t in tried if t["status"] == "skipped"}})
+    stops = sorted({{t.solver + ": " + t.status for t in p.tried if t.status == "skipped"}})
     work = p.details.get("offload_work") or {{}}
     stops += [k + ": " + v for k, v in sorted((work.get("stops") or {{}}).items())]
 except remat.errors.RematError as e:

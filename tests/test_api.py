@@ -196,11 +196,16 @@ def test_plan_round_trips_through_json_with_its_schedule():
         Plan.from_dict(d).schedule()
 
 
-def test_a_judged_plan_is_sealed_and_reported_on_a_copy():
-    """remat.solve returns a judged plan that nothing changes afterwards: assigning a field or
-    editing its options or details raises; Plan.updated and Plan.judge make new plans."""
+def test_a_plan_is_frozen_and_reported_on_a_copy():
+    """A plan, judged or not, is frozen once made: assigning a field or editing its options or
+    details raises; Plan.updated and Plan.judge make new plans."""
     import dataclasses
 
+    unjudged = Plan.from_saved_set(cos_cos_graph(), ["add_2"], solver="example")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        unjudged.budget = 1
+    with pytest.raises(TypeError, match="read-only"):
+        unjudged.decisions["add_2"] = Decision.RECOMPUTE
     plan = remat.solve(cos_cos_graph(), "checkmate", budget=0.9)
     assert plan.is_sealed
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -219,20 +224,34 @@ def test_a_judged_plan_is_sealed_and_reported_on_a_copy():
     assert json.loads(again.to_json())["details"]["cache"] == "hit"
 
 
-def test_a_plan_of_version_2_reads_its_typed_fields_from_details():
-    """Before version 3 a plan's fissions, swaps and link rode in ``details``: such a plan reads
-    back with them as the typed fields, and writes version 3."""
+def test_plans_of_versions_2_and_3_read_their_typed_fields_from_details():
+    """Before version 3 a plan's fissions, swaps and link rode in ``details``, before version 4
+    its attempts, out_of_reach and instead_of: such plans read back with them as the typed
+    fields, and write version 4."""
     from remat.cost.transfer import Link
+    from remat.plans.outcome import Attempt, OutOfReach
 
     d = remat.solve(cos_cos_graph(), "mincut-aggressive").to_dict()
     link = {"bandwidth": 2e9, "asynchronous": True, "latency": 1e-6, "source": "given"}
-    old = {k: v for k, v in d.items() if k not in ("fissions", "swaps", "link")}
+    typed = ("fissions", "swaps", "link", "tried", "out_of_reach", "instead_of")
+    old = {k: v for k, v in d.items() if k not in typed}
     old.update(version=2, details={**d["details"], "swaps": 3, "link": link, "fissions": []})
     back = Plan.from_dict(old, graph=cos_cos_graph())
     assert (back.swaps, back.link, back.fissions) == (3, Link(2e9, True, 1e-6, "given"), ())
     assert not {"swaps", "link", "fissions"} & set(back.details)
     out = back.to_dict()
-    assert out["version"] == 3 and out["swaps"] == 3 and out["link"] == link
+    assert out["version"] == 4 and out["swaps"] == 3 and out["link"] == link
+    tried = [{"solver": "descent", "status": "over_budget", "peak_bytes": 600, "predicted_seconds": 9.0,
+              "compute_cost": 9.0, "message": "over"}]
+    reach = {"message": "out of reach", "smallest_feasible": 500}
+    v3 = {**old, "version": 3, "details": {**d["details"], "tried": tried, "out_of_reach": reach,
+                                           "instead_of": "griewank"}}
+    back = Plan.from_dict(v3, graph=cos_cos_graph())
+    assert back.tried == (Attempt("descent", "over_budget", 600, 9.0, 9.0, "over"),)
+    assert back.out_of_reach == OutOfReach("out of reach", 500) and back.instead_of == "griewank"
+    assert not set(typed) & set(back.details)
+    again = Plan.from_dict(back.to_dict(), graph=cos_cos_graph())
+    assert (again.tried, again.out_of_reach, again.instead_of) == (back.tried, back.out_of_reach, "griewank")
 
 
 def test_decisions_mirror_the_schedule():

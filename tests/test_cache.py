@@ -396,7 +396,7 @@ def test_a_fraction_out_of_reach_stores_the_plan_it_ran(_plan_cache, monkeypatch
 
     with pytest.warns(remat.RematBudgetWarning, match="out of reach"):
         first = remat.plan(f, x, budget=0.05, for_compiler="eager")
-    assert first.details["cache"] == "miss" and first.details["out_of_reach"]["message"]
+    assert first.details["cache"] == "miss" and first.out_of_reach.message
     entries = [json.loads(p.read_text()) for p in _plan_cache.glob("*.json") if p.name != "links.json"]
     assert any(e.get("out_of_reach") for e in entries)
 
@@ -408,7 +408,7 @@ def test_a_fraction_out_of_reach_stores_the_plan_it_ran(_plan_cache, monkeypatch
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", remat.RematBudgetWarning)
         again = remat.plan(f, x, budget=0.05, for_compiler="eager")
-    assert again.details["cache"] == "hit" and again.details["out_of_reach"] == first.details["out_of_reach"]
+    assert again.details["cache"] == "hit" and again.out_of_reach == first.out_of_reach
     assert again.saved_names == first.saved_names and again.peak_bytes == first.peak_bytes
     monkeypatch.setattr(cached, "solve", real)  # strict=True asks auto for staged schedules too: another entry
     with pytest.raises(remat.InfeasibleBudgetError):  # refused

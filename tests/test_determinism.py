@@ -42,7 +42,7 @@ def test_the_same_plan_twice_and_without_the_clock(make, options, monkeypatch):
 
     first, key = plan()
     if options.get("budget") == 0.05:  # the staged baselines ran, each to its evaluations
-        assert any(t["solver"] == "chen-greedy" for t in first.details["tried"])
+        assert any(t.solver == "chen-greedy" for t in first.tried)
     _, again = plan()
     assert again == key
     _without_clock(monkeypatch)

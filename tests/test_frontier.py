@@ -145,7 +145,7 @@ def test_budget_min_is_the_least_peak_found():
     g = cos_cos_graph()
     p = solve(g, "auto", budget="min")
     assert p.feasible and p.options["budget_bytes"] == p.peak_bytes
-    others = [t["peak_bytes"] for t in p.details["tried"] if t["peak_bytes"] is not None]
+    others = [t.peak_bytes for t in p.tried if t.peak_bytes is not None]
     assert p.peak_bytes == min(others)
     with pytest.raises(InfeasibleBudgetError):
         solve(g, "auto", budget=p.peak_bytes - 1)

@@ -581,7 +581,7 @@ def test_auto_keeps_to_saved_sets_under_inductor_and_its_error_says_what_they_re
     model, x = _mlp()
     fused = remat.plan(model, x, cache=False).graph
     least = solve(fused, "auto", budget="min")
-    tried = {t["solver"] for t in least.details["tried"]}
+    tried = {t.solver for t in least.tried}
     assert not tried & set(BASELINES) and "checkmate" not in tried, tried
     with pytest.raises(remat.InfeasibleBudgetError) as e:
         solve(fused, "auto", budget=0.01)
@@ -589,7 +589,7 @@ def test_auto_keeps_to_saved_sets_under_inductor_and_its_error_says_what_they_re
     eager = remat.plan(model, x, cache=False, for_compiler="eager").graph
     # under the eager compiler staged schedules may run: min tries them where its bound of the
     # slowdown lets them in (not under its default 2x: remat.solvers.portfolio.STAGED_PENALTY)
-    staged = {t["solver"] for t in solve(eager, "auto", budget="min", max_overhead=100.0).details["tried"]}
+    staged = {t.solver for t in solve(eager, "auto", budget="min", max_overhead=100.0).tried}
     assert staged & set(BASELINES), staged
 
 

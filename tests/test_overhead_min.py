@@ -56,9 +56,9 @@ def test_min_keeps_to_saved_sets_where_staged_schedules_would_be_chosen():
     assert STAGED_PENALTY * 1.0 > 1 + MIN_OVERHEAD  # why they are skipped under the default bound
     plan = solve(g, budget="min")
     assert not _staged(plan)
-    assert not any(t["solver"] in STAGED_BASELINES for t in plan.details["tried"])
+    assert not any(t.solver in STAGED_BASELINES for t in plan.tried)
     loose = solve(g, budget="min", max_overhead=100.0)
-    assert any(t["solver"] in STAGED_BASELINES for t in loose.details["tried"])
+    assert any(t.solver in STAGED_BASELINES for t in loose.tried)
     assert loose.peak_bytes <= plan.peak_bytes
 
 

@@ -157,12 +157,12 @@ def test_auto_skips_the_staged_baselines_past_their_size_rule(monkeypatch):
 
     g = synthetic_joint_graph(400, seed=0)
     ran = P.portfolio(g, 1)  # 1 byte: nothing fits, every stage runs
-    assert {t["solver"] for t in ran.details["tried"]} >= set(P.STAGED_BASELINES)
+    assert {t.solver for t in ran.tried} >= set(P.STAGED_BASELINES)
     monkeypatch.setattr(P, "STAGED_MAX_STAGES", 100)
-    tried = P.portfolio(g, 1).details["tried"]
-    skipped = [t for t in tried if t["status"] == "skipped"]
-    assert [t["solver"] for t in skipped] == list(P.STAGED_BASELINES)
-    assert all("STAGED_MAX_STAGES=100" in t["message"] for t in skipped)
+    tried = P.portfolio(g, 1).tried
+    skipped = [t for t in tried if t.status == "skipped"]
+    assert [t.solver for t in skipped] == list(P.STAGED_BASELINES)
+    assert all("STAGED_MAX_STAGES=100" in t.message for t in skipped)
 
 
 CHILD = """
@@ -180,7 +180,7 @@ budget = int(const + 0.5 * (simulate(checkpoint_all(g)).peak_bytes - const))
 p = auto(g, budget=budget, time_limit=60)
 sim = simulate(p.schedule(), timeline=False)
 print(json.dumps({"nodes": len(g), "budget": budget, "feasible": p.feasible, "valid": sim.valid,
-                  "peak": sim.peak_bytes, "tried": p.details["tried"],
+                  "peak": sim.peak_bytes, "tried": [t.to_dict() for t in p.tried],
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 

@@ -94,7 +94,7 @@ def test_a_range_of_fractions_is_met_or_warned_monotone_and_undominated(g):
     least, _ = planned(g, "min")
     for f, (plan, share) in plans.items():
         assert plan.feasible and plan.sim.valid
-        missed = plan.details.get("out_of_reach") is not None
+        missed = plan.out_of_reach is not None
         assert missed or plan.peak_bytes <= max(1, share), (f, plan.peak_bytes, share)  # met, or warned
         if missed:  # out of reach: at most min's memory, no slower than min's step
             assert plan.peak_bytes <= least.peak_bytes
@@ -110,7 +110,7 @@ def test_a_range_of_fractions_is_met_or_warned_monotone_and_undominated(g):
         assert least.peak_bytes <= plan.peak_bytes, (plan.solver, plan.peak_bytes, least.peak_bytes)
     found = [p for p, _ in plans.values()] + [least]
     for f, (plan, share) in plans.items():
-        if plan.details.get("out_of_reach") is not None:
+        if plan.out_of_reach is not None:
             continue
         beaten = [q for q in found if q.peak_bytes <= min(max(1, share), plan.peak_bytes)
                   and bounded_seconds(q) < bounded_seconds(plan) * (1 - 1e-9)]
@@ -151,19 +151,19 @@ def test_a_fraction_met_only_past_min_s_time_bound_runs_min_s_plan_and_says_so(m
     assert within_min_bound(g, met, lambda: least) is met  # within the bound: as met
     monkeypatch.setattr(planner_module, "min_seconds", lambda g, cm=None: 1e-9)  # every plan past it
     ran = within_min_bound(g, met, lambda: least)
-    assert ran.peak_bytes == least.peak_bytes and ran.details["instead_of"] == met.solver
-    reach = ran.details["out_of_reach"]
+    assert ran.peak_bytes == least.peak_bytes and ran.instead_of == met.solver
+    reach = ran.out_of_reach
     import re
 
     from remat.plans.budget import TORCH_HEADROOM
-    asked = int(re.search(r"budget=(\d+) \(bytes\) runs it", reach["note"]).group(1))
+    asked = int(re.search(r"budget=(\d+) \(bytes\) runs it", reach.note).group(1))
     # what remat.compile plans within for those bytes holds the plan that met the fraction
     assert Budget.parse(asked).planned_bytes(g, TORCH_HEADROOM) >= met.peak_bytes
     assert within_min_bound(g, met, lambda: least, fraction=False) is met  # bytes: a guarantee
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _, plan = planner(0.9).plan(g)
-    assert plan.peak_bytes == least.peak_bytes and plan.details.get("out_of_reach") is not None
+    assert plan.peak_bytes == least.peak_bytes and plan.out_of_reach is not None
     texts = [str(w.message) for w in caught if issubclass(w.category, RematBudgetWarning)]
     assert any("out of reach" in t and "past min's" in t and "(bytes) runs it" in t for t in texts), texts
 
@@ -192,9 +192,9 @@ def test_a_fraction_tries_staged_schedules_only_where_one_could_be_within_min_s_
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             _, plan = planner(0.8).plan(g)
-        tried = {t["solver"] for t in plan.details.get("tried", ())}
+        tried = {t.solver for t in plan.tried}
         assert bool(tried & STAGED) == tried_staged, tried
-        assert plan.details.get("out_of_reach") is not None
+        assert plan.out_of_reach is not None
     assert plan.solver == "descent" and plan.peak_bytes == 600  # a saved set, not chen-greedy's tie
     # bytes keep the staged schedules wherever they are: Griewank's 500 B meets 506 B (1% headroom)
     _, plan = planner(506).plan(fast)

@@ -389,7 +389,7 @@ def measure(case: Case, m: Method, s: Settings, refs: dict, dirs: list) -> Measu
             row.predicted = predicted_fraction(plans)
             if m.kind in ("remat", NO_RECOMPUTE):
                 row.predicted_time = predicted_time(plans)
-                row.out_of_reach = any(p.details.get("out_of_reach") is not None for p in plans)
+                row.out_of_reach = any(p.out_of_reach is not None for p in plans)
             if m.kind in (REFERENCE, NO_RECOMPUTE):
                 refs[m.kind] = grads_of(model)
             row.grad_eager = grad_rel_err(model, refs.get("eager", []))

@@ -294,10 +294,10 @@ def _stops(plans: list) -> list[str]:
     """What a plan's ``tried`` list says stopped or was skipped (time limits among them)."""
     out: dict[str, None] = {}
     for p in plans:
-        for t in p.details.get("tried", []) or []:
-            status = str(t.get("status", ""))
+        for t in p.tried:
+            status = str(t.status)
             if status not in ("feasible", "optimal", "infeasible", "over budget"):
-                out[f"{t.get('solver')}: {status}"] = None
+                out[f"{t.solver}: {status}"] = None
         work = p.details.get("offload_work") or {}
         for k, v in sorted((work.get("stops") or {}).items()):
             out[f"{k}: {v}"] = None

@@ -316,9 +316,7 @@ def fixed_fission(g, *, budget=None, cost_model=None, time_limit=None, parts: in
     if candidate != "largest":
         ok = [f for f in ok if f.label.startswith(candidate)]
     if not ok:
-        base = base.judge(budget, cm)
-        base.details["fission"] = f"no candidate of {len(tree)} splits in {parts} parts"
-        return base
+        return base.judge(budget, cm).updated(details={"fission": f"no candidate of {len(tree)} splits in {parts} parts"})
     f = max(ok, key=lambda f: (len(f.nodes), -f.index)).with_n(parts).with_index(0)
     gf = apply_fissions(g, [f])
     s = schedule_from_saved_set(gf, _saved_in(gf, frozenset(base.saved_names)))

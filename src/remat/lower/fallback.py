@@ -71,7 +71,7 @@ def fall_back(part, backup, joint_inputs, kwargs: dict[str, Any], reason: str):
                     "(a fraction is a target; with a byte budget remat checks PyTorch's partition against it).")
     if plan is not None:
         part.step.planned(graph, plan.saved_activation_bytes, plan.peak_bytes)
-        part._report(plan.updated(details={"fallback": reason}).sealed())
+        part._report(plan.updated(details={"fallback": reason}))
     if part.step.fell_back(part.graph_name, reason):
         warnings.warn(f"remat could not plan graph {part.graph_name!r} ({reason}); PyTorch's own "
                       f"partitioner runs it.{kept} Pass strict=True to raise instead.",

@@ -196,7 +196,8 @@ class RematPartitioner(CustomPartitionerFn):
         again = Plan.from_schedule(Schedule(graph, list(plan.statements)), solver=plan.solver,
                                    options=dict(plan.options), solve_seconds=plan.solve_seconds,
                                    fissions=plan.fissions, swaps=plan.swaps, link=plan.link,
-                                   details=dict(plan.details)).judge(plan.budget, default_cost_model(graph)).sealed()
+                                   tried=plan.tried, out_of_reach=plan.out_of_reach, instead_of=plan.instead_of,
+                                   details=dict(plan.details)).judge(plan.budget, default_cost_model(graph))
         if again.status == "invalid":
             raise PlanError(f"the plan's fissions do not replay on the captured graph: {again.message}")
         if plan.budget is not None and not again.feasible:
@@ -217,8 +218,8 @@ class RematPartitioner(CustomPartitionerFn):
             graph = self._capture(joint, reference)
             saved = [s for s in torch_offload.saved_before_offload(bw) if s in graph]
             plan = Plan.from_saved_set(graph, saved, solver=self.options.solver,
-                                       cost=float(cut_cost(graph, saved))).judge()
-            plan.details["transfers"] = torch_offload.offload_transfers(fw)  # torch-offload's copies
+                                       cost=float(cut_cost(graph, saved)),
+                                       details={"transfers": torch_offload.offload_transfers(fw)}).judge()
             self._report(plan)
         return fw, bw
 

@@ -5,7 +5,7 @@ A cache entry is one JSON file per key, ``<key>.json`` in the cache directory::
 
     {"format": "remat-plan-cache", "version": 3, "key": "<sha256>", "graph_hash": "<sha256>",
      "remat": "0.2.0", "budget": {"kind": "fraction", "value": 0.5, "planned_bytes": 123456},
-     "plan": {<Plan.to_dict(), "remat.plan" version 3>},
+     "plan": {<Plan.to_dict(), "remat.plan" version 4>},
      "out_of_reach": {"message": "...", "smallest_feasible": 234567}}
 
 ``budget`` is the budget the plan was made for (null: none); an entry that records another
@@ -70,6 +70,7 @@ from ..errors import PlanError, RematCacheWarning
 from ..graph.fission import Fission
 from ..graph.graph import Graph, Node
 from .budget import Budget
+from .outcome import OutOfReach
 from .plan import Plan, _saved_value
 
 CACHE_FORMAT = "remat-plan-cache"
@@ -329,7 +330,7 @@ class PlanCache:
         ``planned_for``: the budget the entry must record (:func:`budget_record`); an entry
         stored for another is not served. An entry stored for a budget out of reach
         (``out_of_reach`` in :meth:`put`) holds the plan that ran instead, judged at its own
-        peak; it comes back with ``details["out_of_reach"]``. An entry that cannot be used,
+        peak; it comes back with ``plan.out_of_reach``. An entry that cannot be used,
         for any reason, is ignored with a :class:`~remat.errors.RematCacheWarning` and
         deleted: the next :meth:`put` replaces it, and planning goes on."""
         path = self.path(key)
@@ -377,7 +378,7 @@ class PlanCache:
         if why:
             return self._ignore(path, why)
         out = plan.updated(graph_name=graph.name)
-        return out if reach is None else out.updated(details={"out_of_reach": dict(reach)})
+        return out if reach is None else out.updated(out_of_reach=OutOfReach.from_dict(reach))
 
     def put(self, key: str, plan: Plan, graph: Graph | None = None, *,
             planned_for: Mapping[str, Any] | None = None,
@@ -395,6 +396,7 @@ class PlanCache:
             d = plan.to_dict()
             d["details"] = {k: v for k, v in d.get("details", {}).items()
                             if k not in _CACHE_FIELDS and k != "out_of_reach"}
+            d["out_of_reach"] = None  # the entry's own record (out_of_reach=) says it
             entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,
                      "graph_hash": graph_hash(graph), "remat": _version("remat"),
                      "budget": None if planned_for is None else _canonical(dict(planned_for)),

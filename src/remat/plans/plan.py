@@ -32,18 +32,20 @@ from ..graph.fission import Fission
 from ..graph.graph import Graph
 from .budget import format_bytes
 from .fission_text import describe_fission
+from .outcome import Attempt, OutOfReach
 from .phases import split_schedule
 from .saved_set import backward_work
 from .schedule import Schedule, Statement, schedule_from_saved_set
 from .simulator import SimResult, simulate
 
 PLAN_FORMAT = "remat.plan"
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 """3: fissions, swaps and the link are fields of their own (version 2 kept them in
-``details``; :meth:`Plan.from_dict` reads both)."""
-_READS = (2, 3)
-_TYPED = ("fissions", "swaps", "link")
-"""The fields that rode in ``details`` before version 3."""
+``details``); 4: so are the attempts (``tried``), ``out_of_reach`` and ``instead_of``.
+:meth:`Plan.from_dict` reads all three versions."""
+_READS = (2, 3, 4)
+_TYPED = ("fissions", "swaps", "link", "tried", "out_of_reach", "instead_of")
+"""The fields that rode in ``details`` before version 4 (the first three before 3)."""
 
 
 class Decision(str, Enum):
@@ -180,10 +182,15 @@ class Plan:
     :class:`~remat.graph.fission.Fission`; its schedule names the parts), ``swaps`` (the gaps
     a swapping solver offloaded) and ``link`` (the host link its copies were planned over;
     None: the graph's default, :func:`remat.cost.transfer.link_for_graph`).
+    How it was reached: ``tried`` (the :class:`~remat.plans.outcome.Attempt` s a solver made
+    on the way, ``auto``'s portfolio and search), ``out_of_reach`` (an
+    :class:`~remat.plans.outcome.OutOfReach` where the budget asked for was out of reach and
+    this plan, the least memory found, runs instead) and ``instead_of`` (the solver of the plan
+    that met the budget where the step planner runs ``"min"``'s plan in its place).
 
-    Once :func:`remat.solvers.solve` has judged a plan it is sealed (:meth:`sealed`): its
-    fields, options, details, decisions and bans are read-only, and the layers above report on
-    a copy (:meth:`updated`).
+    A plan is frozen once made: its fields, options, details, decisions and bans are
+    read-only; :meth:`judge` and :meth:`updated` make new plans, and the layers above report on
+    those.
 
     ``graph`` (the :class:`~remat.graph.Graph`), ``sim`` (the simulator's
     :class:`~remat.plans.simulator.SimResult`) and ``S`` (the checkpoint matrix over
@@ -215,6 +222,9 @@ class Plan:
     fissions: tuple[Fission, ...] = ()
     swaps: int = 0
     link: Link | None = None
+    tried: tuple[Attempt, ...] = ()
+    out_of_reach: OutOfReach | None = None
+    instead_of: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     graph: Graph | None = field(default=None, repr=False)
     sim: SimResult | None = field(default=None, repr=False)
@@ -232,6 +242,15 @@ class Plan:
         self.swaps = int(self.swaps or legacy.get("swaps") or 0)
         link = self.link if self.link is not None else legacy.get("link")
         self.link = link if link is None or isinstance(link, Link) else _link(link)
+        self.tried = tuple(Attempt.from_dict(t) for t in (self.tried or legacy.get("tried") or ()))
+        reach = self.out_of_reach if self.out_of_reach is not None else legacy.get("out_of_reach")
+        self.out_of_reach = None if reach is None else OutOfReach.from_dict(reach)
+        if self.instead_of is None and legacy.get("instead_of") is not None:
+            self.instead_of = str(legacy["instead_of"])
+        for name in ("options", "details", "decisions", "banned"):  # read-only from here on
+            value = getattr(self, name)
+            object.__setattr__(self, name, value if isinstance(value, _Sealed) else _Sealed(value))
+        self.__dict__["_sealed"] = True
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -243,11 +262,10 @@ class Plan:
         computed_fwd = {s.node for s in phases.forward if s.op == "compute"}
         by_backward = sorted({s.node for s in phases.backward if s.op == "compute" and g[s.node].is_forward},
                              key=g.index)
-        plan = cls._made(g, list(schedule.statements), solver, phases.saved,
+        return cls._made(g, list(schedule.statements), solver, phases.saved,
                          [n for n in by_backward if n in computed_fwd],
-                         [n for n in by_backward if n not in computed_fwd], report)
-        plan.decisions.update((name, Decision.OFFLOAD) for name in schedule.offloaded)
-        return plan
+                         [n for n in by_backward if n not in computed_fwd], report,
+                         offloaded=schedule.offloaded)
 
     @classmethod
     def from_saved_set(cls, g: Graph, saved: Iterable[str], *, solver: str, **report: Any) -> "Plan":
@@ -270,16 +288,16 @@ class Plan:
 
     @classmethod
     def _made(cls, g: Graph, statements: Sequence[Statement], solver: str, saved: Iterable[str],
-              recomputed: list[str], moved: list[str], report: dict) -> "Plan":
+              recomputed: list[str], moved: list[str], report: dict, offloaded: Iterable[str] = ()) -> "Plan":
         saved = sorted(set(saved), key=g.index)
         decisions = {name: Decision.SAVE for name in saved if not g[name].is_primal}
         decisions.update((name, Decision.RECOMPUTE) for name in recomputed + moved)
-        plan = cls(graph_name=g.name, solver=solver, statements=statements,
+        decisions.update((name, Decision.OFFLOAD) for name in offloaded)
+        report = {**report, "details": {"nodes": len(g), **(report.get("details") or {})}}
+        return cls(graph_name=g.name, solver=solver, statements=statements,
                    saved=[_saved_value(g[name]) for name in saved], decisions=decisions,
                    recomputed=sorted(recomputed, key=g.index), moved_to_backward=sorted(moved, key=g.index),
                    graph=g, **report)
-        plan.details.setdefault("nodes", len(g))
-        return plan
 
     @classmethod
     def without_schedule(cls, g: Graph, *, solver: str, status: str, message: str = "",
@@ -294,44 +312,43 @@ class Plan:
         """A new plan: this one with the simulator's verdict on its schedule (:attr:`verdict`):
         feasible only if its schedule is valid and (with ``budget`` bytes) peaks within the
         budget. ``sim``: the simulator's result for this schedule under ``cost_model`` when the
-        solver already has it (it is not replayed again). This plan is left as it is; the new
-        one is sealed where this one is."""
-        out = dataclasses.replace(self, options=dict(self.options), details=dict(self.details),
-                                  decisions=dict(self.decisions), banned=dict(self.banned))
-        out._judge(budget, cost_model, sim)
-        return out.sealed() if self.is_sealed else out
+        solver already has it (it is not replayed again). This plan is left as it is."""
+        return dataclasses.replace(self, **self._verdict(budget, cost_model, sim))
 
-    def _judge(self, budget: float | None, cost_model: CostModel | None, sim: SimResult | None) -> None:
+    def _verdict(self, budget: float | None, cost_model: CostModel | None, sim: SimResult | None) -> dict:
+        """The fields :meth:`judge` changes."""
+        out: dict[str, Any] = {}
         if budget is not None:
-            self.budget = int(budget) if math.isfinite(budget) else None
+            out["budget"] = int(budget) if math.isfinite(budget) else None
         if self.statements is None:
-            self.feasible = False
-            return
+            return {**out, "feasible": False}
         if sim is None:
             sim = simulate(self.schedule(), cost_model or default_cost_model(self.graph), link=self.link)
-        self.sim = sim
-        self.peak_bytes, self.compute_cost = int(sim.peak_bytes), float(sim.compute_cost)
-        self.predicted_seconds, self.recomputes = float(sim.predicted_seconds), int(sim.recomputes)
+        compute = float(sim.compute_cost)
+        out.update(sim=sim, peak_bytes=int(sim.peak_bytes), compute_cost=compute,
+                   predicted_seconds=float(sim.predicted_seconds), recomputes=int(sim.recomputes))
         if self.cost is None:
-            self.cost = self.compute_cost
-        if self.lower_bound is not None and self.compute_cost > 0:
-            self.gap = max(0.0, (self.compute_cost - self.lower_bound) / self.compute_cost)
+            out["cost"] = compute
+        if self.lower_bound is not None and compute > 0:
+            out["gap"] = max(0.0, (compute - self.lower_bound) / compute)
+        details, status, message = dict(self.details), self.status, self.message
         if not sim.valid:
-            self.feasible, self.status = False, "invalid"
-            self.message = f"the solver returned an invalid schedule: {sim.errors[0]}"
+            feasible, status = False, "invalid"
+            message = f"the solver returned an invalid schedule: {sim.errors[0]}"
         elif budget is not None and sim.peak_bytes > budget:
-            if self.status != "over_budget":  # the solver's own verdict, if a larger budget fits
-                self.details["solver_status"] = self.status
-                self.details["solver_message"] = self.message
-            self.feasible, self.status = False, "over_budget"
-            self.message = (f"schedule peaks at {sim.peak_bytes} bytes, over the budget of {int(budget)}"
-                            + (f" ({self.details['solver_message']})" if self.details["solver_message"] else ""))
+            if status != "over_budget":  # the solver's own verdict, if a larger budget fits
+                details["solver_status"], details["solver_message"] = status, message
+            feasible, status = False, "over_budget"
+            own = details.get("solver_message")
+            message = (f"schedule peaks at {sim.peak_bytes} bytes, over the budget of {int(budget)}"
+                       + (f" ({own})" if own else ""))
         else:
-            if self.status == "over_budget":  # judged again against a budget it fits
-                self.status = self.details.pop("solver_status", "feasible")
-            if "solver_message" in self.details:  # "over the budget of ..." no longer holds
-                self.message = self.details.pop("solver_message")
-            self.feasible = self.status in FEASIBLE_STATUSES
+            if status == "over_budget":  # judged again against a budget it fits
+                status = details.pop("solver_status", "feasible")
+            if "solver_message" in details:  # "over the budget of ..." no longer holds
+                message = details.pop("solver_message")
+            feasible = PlanStatus.of(status) in FEASIBLE_STATUSES
+        return {**out, "details": details, "status": status, "message": message, "feasible": feasible}
 
     @property
     def verdict(self) -> Verdict | None:
@@ -363,30 +380,28 @@ class Plan:
     def updated(self, *, options: Mapping[str, Any] | None = None, details: Mapping[str, Any] | None = None,
                 **changes: Any) -> "Plan":
         """A new plan: this one with ``changes`` (fields) and ``options``/``details`` added to
-        its own; this plan is left as it is (a judged plan is reported on, not changed). The
-        copy of a sealed plan is sealed."""
-        out = dataclasses.replace(self, options={**self.options, **(options or {})},
-                                  details={**self.details, **(details or {})}, **changes)
-        return out.sealed() if self.is_sealed else out
+        its own; this plan is left as it is."""
+        if options:
+            changes["options"] = {**self.options, **options}
+        if details:
+            changes["details"] = {**self.details, **details}
+        return dataclasses.replace(self, **changes)
 
     def sealed(self) -> "Plan":
-        """This plan, made read-only now that it is judged: assigning a field (judging it
-        again included) raises :class:`dataclasses.FrozenInstanceError`, changing its
-        options, details, decisions or bans a TypeError. Returns the plan itself."""
-        if not self.is_sealed:
-            for name in ("options", "details", "decisions", "banned"):
-                object.__setattr__(self, name, _Sealed(getattr(self, name)))
-            self.__dict__["_sealed"] = True
+        """This plan: every plan is read-only once made (assigning a field raises
+        :class:`dataclasses.FrozenInstanceError`, changing its options, details, decisions
+        or bans a TypeError); kept for callers written when plans were sealed once judged."""
         return self
 
     @property
     def is_sealed(self) -> bool:
+        """True: a plan is read-only once made (:meth:`updated` and :meth:`judge` make new ones)."""
         return bool(self.__dict__.get("_sealed"))
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self.__dict__.get("_sealed"):
             raise dataclasses.FrozenInstanceError(
-                f"cannot assign to field {name!r}: the plan of {self.graph_name!r} is judged and sealed; "
+                f"cannot assign to field {name!r}: the plan of {self.graph_name!r} is frozen; "
                 "make a new one with plan.updated(...)")
         object.__setattr__(self, name, PlanStatus.of(value) if name == "status" else value)
 
@@ -429,6 +444,10 @@ class Plan:
                 d["fissions"] = [x.to_dict() for x in v]
             elif f.name == "status":
                 d["status"] = v.value
+            elif f.name == "tried":
+                d["tried"] = [_jsonable(t.to_dict()) for t in v]
+            elif f.name == "out_of_reach":
+                d["out_of_reach"] = None if v is None else v.to_dict()
             elif f.name == "link":
                 d["link"] = None if v is None else {"bandwidth": v.bandwidth, "asynchronous": v.asynchronous,
                                                     "latency": v.latency, "source": v.source}
@@ -473,7 +492,7 @@ class Plan:
                 raise PlanError(f"the plan of {plan.graph_name!r} splits {len(plan.fissions)} regions of its "
                                 "graph: pass the graph with its fissions applied "
                                 "(remat.transforms.fission.apply_fissions(graph, plan.fissions))")
-            plan.graph = graph
+            plan = plan.updated(graph=graph)
             if plan.statements is not None:
                 Schedule.from_list(graph, [(s.op, s.node) for s in plan.statements])  # names check
         return plan
@@ -656,15 +675,13 @@ def _jsonable(x: Any) -> Any:
 def judged(solver: str, g: Graph, budget: float | None, schedule: Schedule | None, *,
            solve_seconds: float, status: str, cost_model: CostModel | None = None,
            lower_bound: float | None = None, message: str = "", details: dict | None = None,
-           sim: SimResult | None = None) -> Plan:
+           sim: SimResult | None = None, S: Any = None) -> Plan:
     """A schedule solver's result: the plan of ``schedule`` (or none), judged by the simulator
     against ``budget`` bytes (None or infinite: no budget); ``sim``: the simulation of
-    ``schedule`` the solver already made, if any."""
+    ``schedule`` the solver already made, if any; ``S``: a staged solver's checkpoint matrix."""
     report = dict(solve_seconds=solve_seconds, status=status, lower_bound=lower_bound,
-                  message=message, details=dict(details or {}))
+                  message=message, details=dict(details or {}), S=S)
     if schedule is None:
-        plan = Plan.without_schedule(g, solver=solver, **report)
-        if budget is not None and math.isfinite(budget):
-            plan.budget = int(budget)
-        return plan
+        bounded = budget is not None and math.isfinite(budget)
+        return Plan.without_schedule(g, solver=solver, budget=int(budget) if bounded else None, **report)
     return Plan.from_schedule(schedule, solver=solver, **report).judge(budget, cost_model, sim=sim)

@@ -27,7 +27,7 @@ MILP (byte budgets nothing else fits, under the eager compiler, graphs of at mos
 :data:`~remat.solvers.portfolio.MILP_MAX_NODES` nodes), which stops at its time limit.
 
 When nothing fits, the plan of least peak is returned (every attempt in
-``details["tried"]``) and :func:`remat.solvers.solve` raises
+``plan.tried``) and :func:`remat.solvers.solve` raises
 :class:`~remat.errors.InfeasibleBudgetError` naming the least peak found.
 """
 

@@ -23,6 +23,7 @@ from ..errors import InfeasibleBudgetError
 from ..graph.graph import Graph
 from ..plans.budget import Budget
 from ..plans.cache import PlanCache, Uncacheable, budget_record, cache_key, resolve
+from ..plans.outcome import OutOfReach
 from ..plans.plan import Plan
 from ..transforms.fission import apply_fissions
 from .registry import DEFAULT_TIME_LIMIT, as_request, solve
@@ -44,7 +45,7 @@ def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget
     raises as :func:`~remat.solvers.solve` does and nothing is stored, unless
     ``on_infeasible(error)`` says what runs instead (the least memory, for a fraction that is
     a target): that plan is returned and stored for the budget, with
-    ``details["out_of_reach"]`` (the error's ``message`` and ``smallest_feasible``), so that the
+    ``plan.out_of_reach`` (the error's ``message`` and ``smallest_feasible``), so that the
     next run with the same budget gets it without searching again. ``on_infeasible`` may
     raise (the budget refused). A cache file that cannot be used never raises: it is ignored
     with a :class:`~remat.errors.RematCacheWarning` and replaced."""
@@ -71,19 +72,20 @@ def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget
     except InfeasibleBudgetError as e:
         if on_infeasible is None:
             raise
-        reach = {"message": str(e), "smallest_feasible": e.smallest_feasible}
+        reach = OutOfReach(str(e), e.smallest_feasible)
         plan = on_infeasible(e)  # raises where the budget is refused
     if key is None:
         return _reached(plan.updated(details={"cache": "off"}), reach)
     path = None
     if plan.feasible and plan.statements is not None:
-        path = store.put(key, plan, graph, planned_for=record, out_of_reach=reach)
+        path = store.put(key, plan, graph, planned_for=record,
+                         out_of_reach=None if reach is None else reach.to_dict())
     return _reached(plan.updated(details={**({} if path is None else {"cache_file": str(path)}),
                                           "cache": "miss"}), reach)
 
 
-def _reached(plan: Plan, reach: dict | None) -> Plan:
-    return plan if reach is None else plan.updated(details={"out_of_reach": reach})
+def _reached(plan: Plan, reach: OutOfReach | None) -> Plan:
+    return plan if reach is None else plan.updated(out_of_reach=reach)
 
 
 def _hit(graph: Graph, req: Request, store: PlanCache, key: str, cm: CostModel, t0: float,
@@ -95,7 +97,7 @@ def _hit(graph: Graph, req: Request, store: PlanCache, key: str, cm: CostModel, 
     if plan is None:
         return None
     report: dict = {}
-    if req.budget is not None and "out_of_reach" not in plan.details:
+    if req.budget is not None and plan.out_of_reach is None:
         # as solve() reports it; "min" asks for the least peak, which is the plan's
         asked = req.asked_bytes(graph) if req.bounded else plan.peak_bytes
         limit = limit if req.bounded else plan.peak_bytes
@@ -103,7 +105,7 @@ def _hit(graph: Graph, req: Request, store: PlanCache, key: str, cm: CostModel, 
                                                "planned_bytes": limit}}
     return plan.updated(solve_seconds=time.perf_counter() - t0, **report,
                         details={"cached_solve_seconds": plan.solve_seconds, "cache": "hit",
-                                 "cache_file": str(store.path(key))}).sealed()
+                                 "cache_file": str(store.path(key))})
 
 
 __all__ = ["cached_solve"]

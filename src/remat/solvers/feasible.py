@@ -54,7 +54,7 @@ def smallest_feasible(g: Graph, tried: Iterable[Plan] = (), *,
     known = []
     for p in tried:
         for peak, name in [(p.peak_bytes, p.solver)] + [
-                (t.get("peak_bytes"), t.get("solver")) for t in p.details.get("tried", ())]:
+                (t.peak_bytes, t.solver) for t in p.tried]:
             if peak is not None and p.status != "invalid":
                 known.append((int(peak), name))
     best = g._memo.get("smallest_feasible") if staged else (reference_peak(g), reference_name(g))

@@ -1,7 +1,7 @@
 """The starting plans: what ``auto``, MAGIS's search and ``swap-recompute`` all start from.
 
 :func:`portfolio` makes plans for a budget in this order, each stage only if the ones before
-found nothing that fits, and returns the best (every attempt in ``details["tried"]``):
+found nothing that fits, and returns the best (every attempt in ``plan.tried``):
 
 1. **the no-budget plan** (conservative min cut): when it fits, it is the answer unless a
    frontier plan is no larger and clearly faster (:data:`CLEARLY_FASTER`), so a budget never
@@ -52,7 +52,7 @@ clock.
 
 >>> from remat.graph.examples import offload_chain
 >>> p = portfolio(offload_chain(), 600)
->>> p.solver, p.peak_bytes, [t["solver"] for t in p.details["tried"]][:2]
+>>> p.solver, p.peak_bytes, [t.solver for t in p.tried][:2]
 ('descent', 600, ['mincut-conservative', 'frontier'])
 """
 
@@ -66,6 +66,7 @@ from ..cost.transfer import link_for_graph, offload_allowed
 from ..errors import RematError
 from ..graph.graph import Graph
 from ..plans.budget import reference_saved
+from ..plans.outcome import Attempt
 from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .baselines import BASELINES
 from .checkmate import checkmate
@@ -123,7 +124,7 @@ STAGED_MAX_STAGES = 4096
 """The staged baselines join the portfolio only on graphs of at most this many stages: their
 checkpoint policies are ``n x n`` matrices (:func:`~remat.solvers.baselines.policy.policy_matrix`;
 16 MB here, 10 GB at 100k stages) and each searching baseline evaluates at least 16 of them.
-On a larger graph ``auto`` records them as ``skipped`` in ``details["tried"]`` (a size rule:
+On a larger graph ``auto`` records them as ``skipped`` in ``plan.tried`` (a size rule:
 the clock does not decide it). The solvers by name still run them."""
 
 OFFLOAD_WORK = 1_500_000
@@ -131,7 +132,7 @@ OFFLOAD_WORK = 1_500_000
 all (:class:`~remat.solvers.deadline.Work`: the swap pass's tries and the trade's, each one
 replay of a schedule), shared by the schedules it starts from. About 15 s of the simulator on
 this 2-core machine (10 us a statement); 70 replays of a 10k-node graph's schedule, 8 of a
-100k-node one's. Offloading is skipped (``skipped`` in ``details["tried"]``) where fewer than
+100k-node one's. Offloading is skipped (``skipped`` in ``plan.tried``) where fewer than
 :data:`OFFLOAD_MIN_REPLAYS` replays of its starting schedules fit: a swap pass needs a few to
 lower a peak at all."""
 
@@ -159,7 +160,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
               within: float | None = None, staged: bool = True) -> Plan:
     """The best starting plan for ``budget`` bytes (0: the least peak; None: the conservative
     min cut, or, without fusion, the fastest frontier plan no larger and clearly faster) within ``time_limit`` seconds (see the module docstring); every plan made is in
-    ``details["tried"]``. ``swapping``: offloading too (stage 5). ``within`` (with budget 0):
+    ``plan.tried``. ``swapping``: offloading too (stage 5). ``within`` (with budget 0):
     the least peak among the plans predicted within ``within`` seconds (a staged schedule's
     time times :data:`STAGED_PENALTY`) and no larger than the conservative min cut; the fastest
     of those no larger when none is that fast; with a budget, it spares the staged schedules
@@ -233,7 +234,7 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     if least and valid:
         best = min(_bounded(valid, base, within), key=lambda p: (p.peak_bytes, bounded_seconds(p), p.solver))
         if best.status not in FEASIBLE_STATUSES:  # a baseline asked for 0 bytes says "infeasible"
-            best.details["solver_status"], best.status = best.status, "feasible"
+            best = best.updated(status="feasible", details={"solver_status": best.status})
         best = best.judge(best.peak_bytes, cm, sim=best.sim)
         return _done(best, plans, t0, points)
     fits = [p for p in plans if p.feasible]
@@ -389,9 +390,5 @@ def _descent(g: Graph, cm: CostModel, clock: Deadline, plans: list[Plan], limit:
 
 
 def _done(best: Plan, plans: list[Plan], t0: float, points: int) -> Plan:
-    best.details["tried"] = [{"solver": p.solver, "status": p.status, "peak_bytes": p.peak_bytes,
-                              "predicted_seconds": p.predicted_seconds,
-                              "compute_cost": p.compute_cost, "message": p.message} for p in plans]
-    best.details["frontier_points"] = points
-    best.solve_seconds = time.perf_counter() - t0
-    return best
+    return best.updated(tried=tuple(Attempt.of(p) for p in plans), solve_seconds=time.perf_counter() - t0,
+                        details={"frontier_points": points})

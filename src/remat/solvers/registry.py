@@ -27,6 +27,7 @@ from ..errors import InfeasibleBudgetError, OptionError, PlanError, UnsupportedG
 from ..graph.graph import Graph
 from ..graph.limits import check_plannable
 from ..plans.budget import Budget, format_bytes
+from ..plans.outcome import Attempt
 from ..plans.plan import FEASIBLE_STATUSES, Plan
 from .feasible import smallest_feasible, staged_schedules_run_as_planned
 from .request import Request
@@ -223,11 +224,11 @@ def solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget | str 
     if parsed is not None:
         if not plan.feasible:
             left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
-            if "tried" in plan.details:  # auto searched already: the first points only
+            if plan.tried:  # auto searched already: the first points only
                 left = 0.0
-            raise infeasible(graph, plan.sealed(), asked, limit, req.headroom, time_limit=left,
+            raise infeasible(graph, plan, asked, limit, req.headroom, time_limit=left,
                              staged=req.solver != "auto" or staged_schedules_run_as_planned(cm))
-    return plan.sealed()  # judged: read-only from here on (Plan.updated reports on a copy)
+    return plan  # a plan is frozen: the layers above report on new ones (Plan.updated)
 
 
 def _least(graph: Graph, s: SolverInfo, plan: Plan, cm: CostModel, time_limit: float | None,
@@ -275,9 +276,9 @@ def infeasible(g: Graph, plan: Plan, asked: int, limit: int, headroom: float, *,
     peak, how = smallest_feasible(g, [plan], time_limit=time_limit, staged=staged)
     if headroom and limit < asked:
         peak = int(math.ceil(peak / (1.0 - headroom)))  # the budget that leaves the headroom free
-    first = (plan.details.get("tried") or [vars(plan)])[0]  # auto: the MILP's reason first
-    reasons = f"{first['solver']}: {first['status']}" + (f", {first['message']}" if first["message"] else "")
-    others = len(plan.details.get("tried", ())) - 1
+    first = (plan.tried or (Attempt.of(plan),))[0]  # auto: the MILP's reason first
+    reasons = f"{first.solver}: {first.status}" + (f", {first.message}" if first.message else "")
+    others = len(plan.tried) - 1
     if others > 0:
         reasons += f"; none of the {others} other solvers fits either"
     room = f" (planned within {format_bytes(limit)}, {headroom:.0%} left free)" if limit < asked else ""

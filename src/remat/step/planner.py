@@ -36,6 +36,7 @@ from ..errors import (InfeasibleBudgetError, RematBudgetWarning, RematError, Rem
                       RematOffloadWarning, UnsupportedGraphError)
 from ..graph.graph import Graph
 from ..plans.budget import TORCH_HEADROOM, Budget, format_bytes
+from ..plans.outcome import OutOfReach
 from ..plans.plan import Plan
 from ..solvers import info
 from ..solvers.auto import MIN_OVERHEAD, min_seconds
@@ -132,11 +133,11 @@ class StepPlanner:
 
         on_infeasible = None if budget is None else no_plan if b.kind == "min" else least_instead
         plan = solve_within(budget, headroom, on_infeasible)
-        if plan.details.get("out_of_reach") is not None:
+        if plan.out_of_reach is not None:
             self._missed(graph, plan, share)
         elif budget is not None and b.kind != "min" and req.solver == "auto" and plan.feasible:
             plan = within_min_bound(graph, plan, least, fraction=b.kind == "fraction" and not self.strict)
-            if plan.details.get("out_of_reach") is not None:
+            if plan.out_of_reach is not None:
                 self._missed(graph, plan, share)
         if b is not None and b.kind == "fraction" and plan.feasible and step.followed(graph):
             plan = self._leave_shares(graph, plan, share, solve_within)
@@ -163,11 +164,11 @@ class StepPlanner:
         """``graph`` runs ``plan``, its least memory, having missed its share: refused now, or
         left to the step's verdict, or warned (see :class:`~remat.step.budget.StepBudget`)."""
         step, b = self.step, self.budget
-        reach = plan.details["out_of_reach"]
-        e = InfeasibleBudgetError(reach["message"], reach.get("smallest_feasible"), plan)
+        reach = plan.out_of_reach
+        e = InfeasibleBudgetError(reach.message, reach.smallest_feasible, plan)
         if step.may_refuse(graph):
             raise e  # stored when this step did not refuse it (strict=False then)
-        slower = slowdown(graph, plan) + (f" {reach['note']}" if reach.get("note") else "")
+        slower = slowdown(graph, plan) + (f" {reach.note}" if reach.note else "")
         if step.refuse_later(graph, e):  # the step's forward decides (StepBudget.verdict)
             step.floors.append(f"{floor(graph, plan)} {slower}")
         elif b.kind == "fraction" and len(step.graphs) == 0:
@@ -268,7 +269,7 @@ def within_min_bound(graph: Graph, plan: Plan, least: Callable[[], Plan], *, fra
     (:func:`min_if_it_fits`); for a fraction (a target) met only by a plan predicted past
     ``"min"``'s time bound (:data:`~remat.solvers.auto.MIN_OVERHEAD`, a staged time counted with
     its penalty), ``"min"``'s plan as the fraction's least, out of reach
-    (``details["out_of_reach"]``, its note naming the plan and the byte budget that runs it).
+    (``plan.out_of_reach``, its note naming the plan and the byte budget that runs it).
     So ``"min"`` is the least memory any fraction runs, and asking for less never gives more:
     a depth-2 Llama at 0.5 had run ``chen-sqrtn-linearized``, predicted 2.7x plain
     torch.compile's step at 7.29 MiB (and 0.575 of its activation memory, measured 0.744),
@@ -297,10 +298,8 @@ def within_min_bound(graph: Graph, plan: Plan, least: Callable[[], Plan], *, fra
     note = (f"Only {kind} ({plan.solver}, {format_bytes(plan.peak_bytes)}) meets it, predicted "
             f"{bounded_seconds(plan) * (1 + MIN_OVERHEAD) / max(bound, 1e-30):.1f}x plain torch.compile's step, past min's "
             f"{1 + MIN_OVERHEAD:g}x; budget={asked} (bytes) runs it.")
-    return m.updated(details={"out_of_reach": {"message": f"only {kind} ({plan.solver}) meets it, past "
-                                                          "min's time bound",
-                                               "smallest_feasible": plan.peak_bytes, "note": note},
-                              "instead_of": plan.solver})
+    return m.updated(out_of_reach=OutOfReach(f"only {kind} ({plan.solver}) meets it, past min's time bound",
+                                             plan.peak_bytes, note), instead_of=plan.solver)
 
 
 def min_if_it_fits(plan: Plan, least: Callable[[], Plan]) -> Plan:
@@ -321,7 +320,7 @@ def min_if_it_fits(plan: Plan, least: Callable[[], Plan]) -> Plan:
     if not judged.feasible or bounded_seconds(judged) > bounded_seconds(plan):
         return plan
     return judged.updated(options={k: plan.options[k] for k in ("budget_bytes", "planned_bytes")
-                                   if k in plan.options}, details={"instead_of": plan.solver})
+                                   if k in plan.options}, instead_of=plan.solver)
 
 
 def slowdown(graph: Graph, plan: Plan) -> str:

@@ -4,7 +4,7 @@ the non-dominated ones, and the point each budget picks (no torch).
 :func:`tradeoff` runs the real :func:`remat.solve` for each budget a user may ask: none, each
 fraction of the activation memory, ``"min"`` and each ``max_overhead``. Every judged, valid
 plan those solves return, and every plan they tried (the portfolio's and the search's
-``details["tried"]``: numbers only, kept ``"summary"``), is a candidate point; the points are
+``plan.tried``: numbers only, kept ``"summary"``), is a candidate point; the points are
 the candidates no other is at least as small and as fast as. Each budget's pick is what
 :func:`remat.solve` returned for it (for a fraction nothing reaches, the least peak it found),
 with whether it met its budget, whether it is on the frontier or dominated (a finding: the
@@ -314,11 +314,11 @@ def tradeoff(g: Graph, *, solver: str = "auto", fractions: Iterable[float | str]
         if plan.statements is not None and plan.sim is not None and plan.sim.valid and plan.peak_bytes is not None:
             found.append(Point(plan.peak_bytes, plan.predicted_seconds, plan.solver, fraction(plan.peak_bytes),
                                ratio(plan.predicted_seconds), "plan", (label,), plan))
-        for t in plan.details.get("tried", ()):
-            if t.get("status") in _NO_POINT or t.get("peak_bytes") is None or t.get("predicted_seconds") is None:
+        for t in plan.tried:
+            if t.status in _NO_POINT or t.peak_bytes is None or t.predicted_seconds is None:
                 continue
-            found.append(Point(int(t["peak_bytes"]), float(t["predicted_seconds"]), t["solver"],
-                               fraction(int(t["peak_bytes"])), ratio(float(t["predicted_seconds"])),
+            found.append(Point(int(t.peak_bytes), float(t.predicted_seconds), t.solver,
+                               fraction(int(t.peak_bytes)), ratio(float(t.predicted_seconds)),
                                "summary", (label,)))
 
     raw: list[tuple[str, str, float | None, Budget | None, Plan | None, bool, str]] = []

@@ -408,8 +408,7 @@ def _result(name: str, g: Graph, ctx: _Ctx, budget: float | None, points: list[_
     best.schedule.meta.update({"solver": name, "param": best.param})
     res = judged(name, g, b, best.schedule, solve_seconds=time.perf_counter() - t0,
                  status="feasible" if ok else "infeasible", cost_model=cm, message=msg,
-                 details=details, sim=best.sim)
-    res.S = best.S
+                 details=details, sim=best.sim, S=best.S)
     return res
 
 

@@ -169,6 +169,5 @@ def checkmate_lp(g: Graph, budget: float, *, time_limit: float | None = None,
     _, _, thr, eps, sched, sim = best
     details.update(threshold=thr, epsilon=eps)
     res = judged(NAME, g, budget, sched, solve_seconds=elapsed(), status="feasible",
-                 cost_model=cm, lower_bound=lp_bound, details=details, sim=sim)
-    res.S = state["S"]
+                 cost_model=cm, lower_bound=lp_bound, details=details, sim=sim, S=state["S"])
     return res

@@ -71,14 +71,12 @@ def _judge_solution(model: CheckmateModel, x: np.ndarray, budget: float, cm: Cos
     spurious recomputations (the MILP may recompute zero-cost nodes such as tangents)."""
     g = model.st.graph
     sched, Rb, Sb = _emit(model, x, {"solver": NAME})
-    res = judged(NAME, g, budget, sched, cost_model=cm, **kw)
-    res.S = Sb
+    res = judged(NAME, g, budget, sched, cost_model=cm, S=Sb, **kw)
     R2 = solve_r(model.st, Sb)
     if (R2 == Rb).all():
         return res, ("milp" if res.feasible else "rejected")
     res2 = judged(NAME, g, budget, schedule_from_rs(model.st, R2, Sb, {"solver": NAME}),
-                  cost_model=cm, **kw)
-    res2.S = Sb
+                  cost_model=cm, S=Sb, **kw)
     if res2.feasible and (not res.feasible or (res2.cost, res2.sim.recomputes)
                           <= (res.cost, res.sim.recomputes)):
         return res2, "solve_r"
@@ -275,8 +273,7 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
                                   "run and no starting schedule fits the budget"))
             res, _ = _judge_solution(model, x0, budget, cm, solve_seconds=elapsed(),
                                      status="time_limit", lower_bound=first_lower, details=details)
-            res.solve_seconds = elapsed()
-            return res
+            return res.updated(solve_seconds=elapsed())
         if remaining is not None and model.num_col > ROOT_PROBE_COLUMNS:
             lp_status, lp_bound, lp_s = _root_probe(model, threads, verbose, 0.9 * remaining)
             details["root_lp"] = {"status": lp_status, "seconds": round(lp_s, 3),
@@ -302,9 +299,8 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
                 res, route = _judge_solution(model, x0, budget, cm, solve_seconds=elapsed(),
                                              status="time_limit", lower_bound=first_lower,
                                              details=details)
-                res.details["emission"] = "warm start (MILP not run: root LP too slow for the limit)"
-                res.solve_seconds = elapsed()
-                return res
+                return res.updated(solve_seconds=elapsed(), details={
+                    "emission": "warm start (MILP not run: root LP too slow for the limit)"})
         h = new_highs(model, threads=threads, verbose=verbose, options=highs_options)
         if x0 is not None:
             h.setSolution(len(x0), np.arange(len(x0), dtype=np.int32), x0)
@@ -351,17 +347,14 @@ def checkmate(g: Graph, budget: float, *, time_limit: float | None = None,
                                      status=status, lower_bound=first_lower, details=details)
         attempts.append({"model_budget": model_budget, "route": route,
                          "peak_bytes": res.peak_bytes})
-        res.details["emission"] = route
+        res = res.updated(details={"emission": route})
         if res.feasible or res.status == "invalid" or res.peak_bytes is None:
             break
         if clock.expired():
             break
         model_budget -= (res.peak_bytes - budget) + 1
     assert res is not None
-    if len(attempts) > 1:
-        res.details["attempts"] = attempts
-    res.solve_seconds = elapsed()
-    return res
+    return res.updated(solve_seconds=elapsed(), details={"attempts": attempts} if len(attempts) > 1 else None)
 
 
 # ---- the smallest feasible budget ------------------------------------------------------------

@@ -53,6 +53,7 @@ from ...cost.transfer import Link, link_for_graph, offload_allowed
 from ...errors import OptionError, PlanError, RematError
 from ...graph.graph import Graph
 from ...plans.budget import reference_saved, reference_schedule
+from ...plans.outcome import Attempt
 from ...plans.plan import Plan
 from ...plans.saved_set import backward_work
 from ...plans.schedule import Schedule, schedule_from_saved_set
@@ -316,8 +317,7 @@ def magis(g: Graph, *, budget: float | None = None, cost_model: CostModel | None
         base = portfolio(g, budget, cm, half, swapping=_swaps(link, g))
         plan = _search(g, base, Objective(memory=float(budget)), cm, link, clock, SEARCH_SHARE,
                        iterations, fission)
-    plan.solve_seconds = time.perf_counter() - t0
-    return plan
+    return plan.updated(solve_seconds=time.perf_counter() - t0)
 
 
 def check_overhead(max_overhead: float | None) -> None:
@@ -357,14 +357,13 @@ def least_within(g: Graph, overhead: float, cm: CostModel, clock: Deadline, *,
         plan = _search(g, base, Objective(seconds=seconds, cap=cap), cm, link, clock, share,
                        iterations, fission, extra=[] if default is None else [default])
         if plan is not base:
-            plan.details["tried"] = base.details.get("tried", []) + [_tried(base)]
+            plan = plan.updated(tried=base.tried + (Attempt.of(base),))
     if default is not None and (plan.peak_bytes is None or plan.peak_bytes > default.peak_bytes):
         plan = default  # never above the plan without a budget (a base that is not valid)
-    plan.details["overhead"] = {"max_overhead": overhead, "seconds": seconds,
-                                "default_peak_bytes": None if default is None else default.peak_bytes}
-    plan.details["within_overhead"] = plan.predicted_seconds is not None and \
-        plan.predicted_seconds <= seconds * (1 + 1e-9)
-    return plan
+    return plan.updated(details={
+        "overhead": {"max_overhead": overhead, "seconds": seconds,
+                     "default_peak_bytes": None if default is None else default.peak_bytes},
+        "within_overhead": plan.predicted_seconds is not None and plan.predicted_seconds <= seconds * (1 + 1e-9)})
 
 
 def _default_plan(g: Graph, cm: CostModel, link: Link) -> Plan | None:
@@ -379,12 +378,6 @@ def _default_plan(g: Graph, cm: CostModel, link: Link) -> Plan | None:
     return p if p.sim is not None and p.sim.valid else None
 
 
-def _tried(p: Plan) -> dict:
-    return {"solver": p.solver, "status": p.status, "peak_bytes": p.peak_bytes,
-            "predicted_seconds": p.predicted_seconds, "compute_cost": p.compute_cost,
-            "message": p.message}
-
-
 def refine(g: Graph, base: Plan, budget: float, cm: CostModel, clock: Deadline, share: float,
            iterations: int | None = None, fission: bool = True) -> Plan:
     """``base`` or a better plan the search finds from it within ``budget`` bytes (0: least
@@ -393,10 +386,8 @@ def refine(g: Graph, base: Plan, budget: float, cm: CostModel, clock: Deadline, 
     t0 = time.perf_counter()
     plan = _search(g, base, Objective(memory=float(budget)), cm, link_for_graph(g, cm),
                    clock, share, iterations, fission)
-    if plan is not base:
-        plan.details["tried"] = base.details.get("tried", []) + [_tried(base)]
-    plan.solve_seconds = base.solve_seconds + time.perf_counter() - t0
-    return plan
+    tried = base.tried + (Attempt.of(base),) if plan is not base else plan.tried
+    return plan.updated(tried=tried, solve_seconds=base.solve_seconds + time.perf_counter() - t0)
 
 
 def has_dimensions(g: Graph) -> bool:
@@ -432,8 +423,7 @@ def _search(g: Graph, base: Plan, objective: Objective, cm: CostModel, link: Lin
     plan = _plan(best, search, objective)
     if base.peak_bytes is not None and base.status != "invalid" and \
             objective.key_of(base.peak_bytes, base.predicted_seconds) <= objective.key(best):
-        base.details["search"] = plan.details["search"]
-        return base
+        return base.updated(details={"search": plan.details["search"]})
     return plan
 
 

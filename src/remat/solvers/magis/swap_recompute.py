@@ -77,5 +77,4 @@ def swap_recompute(g: Graph, *, budget: float | None = None, cost_model: CostMod
                 starts.append((p.solver, p.schedule()))
                 fits = fits or p.peak_bytes <= target
     best = swap_down(g, starts, target, cm, link, clock, budget)
-    best.solve_seconds = time.perf_counter() - t0
-    return best
+    return best.updated(solve_seconds=time.perf_counter() - t0)

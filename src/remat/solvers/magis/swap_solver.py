@@ -60,8 +60,7 @@ def reorder_only(g: Graph, *, budget: float | None = None, cost_model: CostModel
     p = Plan.from_schedule(s, solver="reorder", details={k: s.meta[k] for k in ("peak_before", "peak_after")
                                                           if k in s.meta})
     p = p.judge(budget if budget else None, cm)
-    p.solve_seconds = time.perf_counter() - t0
-    return p
+    return p.updated(solve_seconds=time.perf_counter() - t0)
 
 
 def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: CostModel, link: Link,
@@ -95,8 +94,8 @@ def swap_down(g: Graph, starts: list[tuple[str, Schedule]], target: int, cm: Cos
         work.spend(part.done)
         work.stops.update({f"{name} {stage}": why for stage, why in part.stops.items()})
         p = _plan(out, "swap-recompute", budget, cm, link, t0)
-        p.details["recomputation_from"] = name
-        p.details["offload_work"] = {"limit": work.limit, "done": work.done, "stops": dict(work.stops)}
+        p = p.updated(details={"recomputation_from": name, "offload_work": {
+            "limit": work.limit, "done": work.done, "stops": dict(work.stops)}})
         if best is None or _better(p, best, target):
             best = p
     return best
@@ -116,5 +115,4 @@ def _plan(s: Schedule, solver: str, budget, cm: CostModel, link, t0: float) -> P
     p = Plan.from_schedule(s, solver=solver, swaps=s.meta.get("swaps", 0) + s.meta.get("traded", 0), link=link,
                            details={"recomputations_traded": s.meta.get("traded", 0)})
     p = p.judge(budget if budget else None, cm, sim=simulate(s, cm, link=link))
-    p.solve_seconds = time.perf_counter() - t0
-    return p
+    return p.updated(solve_seconds=time.perf_counter() - t0)
