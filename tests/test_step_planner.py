@@ -199,3 +199,55 @@ def test_a_fraction_tries_staged_schedules_only_where_one_could_be_within_min_s_
     # bytes keep the staged schedules wherever they are: Griewank's 500 B meets 506 B (1% headroom)
     _, plan = planner(506).plan(fast)
     assert (plan.solver, plan.peak_bytes) == ("griewank", 500)
+
+
+def test_min_s_search_never_saves_a_value_that_may_not_be_saved():
+    """MAGIS's rule "save v" is offered only for values that may be saved: on a random graph
+    whose forward value ``f1`` has ``can_save=False`` (read by the backward), the search had
+    saved it from the descent's plan and ``"min"`` raised a PlanError (a test of the range
+    found it). Its plan now recomputes ``f1``, and the step planner's range plans the graph."""
+    from remat.graph.graph import Graph, Node
+
+    nodes = [Node("in0", "placeholder", (), role="input", bytes=0, category="input"),
+             Node("f0", "pointwise", ("in0",), bytes=1, category="pointwise"),
+             Node("f1", "pointwise", ("f0",), bytes=0, category="pointwise", can_save=False),
+             Node("t0", "placeholder", (), role="tangent", bytes=1, category="input")]
+    nodes += [Node(f"b{i}", "grad", ("t0",), role="backward", bytes=0, category="pointwise") for i in range(3)]
+    nodes.append(Node("b3", "grad", ("t0", "f1"), role="backward", bytes=0, category="pointwise"))
+    g = Graph(nodes, name="unsavable")
+    plan = solve(g, "auto", budget="min", time_limit=10)
+    assert "f1" not in plan.saved_names and "f1" in plan.recomputed
+    for f in FRACTIONS:
+        ran, _ = planned(g, f)
+        assert "f1" not in ran.saved_names
+
+
+def test_a_fraction_searches_only_where_min_s_plan_meets_its_share(monkeypatch):
+    """Where no starting plan meets a fraction, ``"min"``'s plan decides: where it meets the
+    share too, MAGIS's search runs for the fastest plan within it; where it misses, the share is
+    out of reach and min's plan runs without the search (which had cost half of a Llama's first
+    call at 0.5). On the MLP with dimensions: 0.9 and 0.8 search and meet, 0.7 down do not
+    search and run min's plan."""
+    import sys
+
+    from remat.plans.budget import Budget
+    from test_fission import mlp_graph
+
+    auto_module = sys.modules["remat.solvers.auto"]
+    calls = []
+    real = auto_module.refine
+    monkeypatch.setattr(auto_module, "refine", lambda *a, **k: calls.append(1) or real(*a, **k))
+    g = mlp_graph()
+    least = solve(g, "auto", budget="min", time_limit=10)
+    for f in (0.9, 0.8, 0.7, 0.5, 0.3):
+        calls.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RematBudgetWarning)
+            _, plan = planner(f).plan(g)
+        reachable = least.peak_bytes <= Budget.parse(f).bytes_for(g)
+        assert (plan.out_of_reach is None) == reachable, f
+        assert len(calls) == (1 if reachable else 0), (f, calls)
+        if not reachable:
+            assert plan.peak_bytes == least.peak_bytes and plan.fissions == least.fissions
+        else:
+            assert plan.peak_bytes <= Budget.parse(f).bytes_for(g)

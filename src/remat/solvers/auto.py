@@ -70,7 +70,7 @@ def min_seconds(g: Graph, cm: CostModel | None = None) -> float:
 
 def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None = None,
          time_limit: float | None = None, max_overhead: float | None = None,
-         fission: bool = True, staged_within: float | None = None) -> Plan:
+         fission: bool = True, staged_within: float | None = None, search: bool = True) -> Plan:
     """The conservative min cut without a budget (or a frontier plan no larger and clearly
     faster: :func:`~remat.solvers.portfolio.portfolio`); with one, the fastest plan within it; for
     the least memory (``budget`` 0, what ``"min"`` asks) or with ``max_overhead``, the least
@@ -82,7 +82,9 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
     staged schedule is never faster than that). The step planner passes :func:`min_seconds` for
     a fraction, which runs a staged schedule only within ``"min"``'s time bound: where the
     reference step is no slower than recomputing nothing, none can be, and the baselines'
-    seconds are spared; where it is much slower (an offloading chain), they still run."""
+    seconds are spared; where it is much slower (an offloading chain), they still run.
+    ``search=False``: under a budget, no search after the starting plans (the step planner asks
+    so for a fraction first, then asks ``"min"`` whether the search could meet it)."""
     least = budget is not None and budget <= 0
     if max_overhead is not None and budget is not None and not least:
         raise OptionError("give a memory budget or max_overhead, not both: max_overhead goes with "
@@ -96,7 +98,7 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
         overhead = MIN_OVERHEAD if max_overhead is None else float(max_overhead)
         return least_within(g, overhead, cm, clock, fission=fission, share=AUTO_SEARCH_SHARE)
     plan = portfolio(g, budget, cm, time_limit, swapping=True, within=staged_within)
-    if plan.feasible or not has_dimensions(g):
+    if plan.feasible or not has_dimensions(g) or not search:
         return plan
     # nothing fits: MAGIS's search from this plan (fission too)
     return refine(g, plan, budget, cm, clock, AUTO_SEARCH_SHARE, fission=fission)

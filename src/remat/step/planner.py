@@ -11,7 +11,10 @@ plan after. For each graph, :meth:`StepPlanner.plan`:
 3. where the share is out of reach: a byte budget's first graph (or a fraction under
    ``strict=True``) is refused; otherwise the graph runs at the least memory remat finds,
    and the plan that runs is never slower than ``"min"``'s (:func:`out_of_reach`), with a
-   warning naming the fraction reached, its floor and its predicted slowdown;
+   warning naming the fraction reached, its floor and its predicted slowdown. A fraction's
+   share is tried with ``auto``'s starting plans first; where none meets it, ``"min"``'s plan
+   decides whether the search runs for it (only where min's plan meets it: the search for a
+   share min misses is spared, half of a Llama's first call at 0.5);
 4. a fraction of a step of several graphs is planned again so that it leaves the graphs
    after it their shares (:meth:`StepPlanner._leave_shares`);
 5. a plan with fissions is split by the caller's ``split`` (the partitioner unrolls them on
@@ -103,14 +106,15 @@ class StepPlanner:
             budget, headroom = Budget.least(), 0.0
         else:
             budget, headroom = Budget.of_bytes(max(1, share)), TORCH_HEADROOM if b.kind == "bytes" else 0.0
-        req = self._solver_for(graph, self.request)
-        if b is not None and b.kind == "fraction" and req.solver == "auto" and not self.strict:
+        req = base = self._solver_for(graph, self.request)
+        target = b is not None and b.kind == "fraction" and req.solver == "auto" and not self.strict
+        if target:  # a fraction is a target: what runs is within min's time bound
             req = fraction_request(graph, req)
 
-        def solve_within(budget, headroom, on_infeasible=None):
+        def solve_within(budget, headroom, on_infeasible=None, using=None):
             title = f"remat: planning {graph.name} ({len(graph)} nodes)"
             with shown(title) if self.verbose else delayed(title):
-                return cached_solve(graph, req.within(budget, headroom), cache=self.cache,
+                return cached_solve(graph, (using or req).within(budget, headroom), cache=self.cache,
                                     on_infeasible=on_infeasible)
 
         def no_plan(e: InfeasibleBudgetError):
@@ -119,11 +123,16 @@ class StepPlanner:
             raise UnsupportedGraphError(f"{req.solver} found no plan of {graph.name!r} at any "
                                         f"budget ({e.args[0]})") from e
 
+        leasts: list[Plan] = []
+
         def least() -> Plan:
-            try:
-                return solve_within(Budget.least(), 0.0)
-            except InfeasibleBudgetError as again:
-                no_plan(again)
+            """``"min"``'s plan of this graph (solved once per call)."""
+            if not leasts:
+                try:
+                    leasts.append(solve_within(Budget.least(), 0.0, using=base))
+                except InfeasibleBudgetError as again:
+                    no_plan(again)
+            return leasts[0]
 
         def least_instead(e: InfeasibleBudgetError) -> Plan:
             """What runs where the share is out of reach (stored in the plan cache with it)."""
@@ -131,8 +140,26 @@ class StepPlanner:
                 raise e  # a byte budget's first graph (or a fraction under strict=True)
             return out_of_reach(least_found(e), least())
 
+        def reachable_only_by_search(e: InfeasibleBudgetError) -> Plan:
+            """No starting plan meets a fraction's share: ``"min"``'s plan decides. Where it
+            misses the share too, the share is out of reach and the least memory runs (stored
+            in the plan cache with it; the search for the share is spared: what it found
+            below min's plan was past min's time bound, or min's search should have found it).
+            Where min's plan meets it, the search goes on for the fastest plan within it."""
+            m = least()
+            if m.peak_bytes is not None and m.peak_bytes <= share:
+                raise _SearchOn
+            return out_of_reach(least_found(e), m)
+
         on_infeasible = None if budget is None else no_plan if b.kind == "min" else least_instead
-        plan = solve_within(budget, headroom, on_infeasible)
+        if target:
+            try:  # the starting plans first; the search only where min shows it can meet the share
+                plan = solve_within(budget, headroom, reachable_only_by_search,
+                                    using=req.using(options={**req.options, "search": False}))
+            except _SearchOn:
+                plan = solve_within(budget, headroom, on_infeasible)
+        else:
+            plan = solve_within(budget, headroom, on_infeasible)
         if plan.out_of_reach is not None:
             self._missed(graph, plan, share)
         elif budget is not None and b.kind != "min" and req.solver == "auto" and plan.feasible:
@@ -230,6 +257,10 @@ class StepPlanner:
             "those copies and runs them early, so the step can peak above the plan (a CNN under "
             "checkmate measured 4.90 MiB against a budget of 4.20 MiB). Use solver='auto', which "
             "keeps to saved sets under inductor, or compiler='eager'.", RematBudgetWarning, stacklevel=3)
+
+
+class _SearchOn(Exception):
+    """A fraction's starting plans missed its share and ``"min"``'s plan meets it: search."""
 
 
 def fraction_request(graph: Graph, req: Request) -> Request:

@@ -480,14 +480,17 @@ def _swapped(s: Schedule, w: str, link: Link, cm: CostModel) -> Schedule:
 
 
 def _recomputed(j: Judged) -> list[str]:
-    """Forward values the schedule computes more than once, costliest first (names in the
-    state's graph: a part is saved by its own name)."""
+    """Forward values the schedule computes more than once and may save (not ``can_save=False``
+    nor ``must_recompute``: a random graph's search had saved such a value, and its plan could
+    not be split into phases), costliest first (names in the state's graph: a part is saved by
+    its own name)."""
     seen: dict[str, int] = {}
     for st in j.schedule.statements:
         if st.op == "compute":
             seen[st.node] = seen.get(st.node, 0) + 1
     gf = j.graph
-    again = [v for v, c in seen.items() if c > 1 and gf[v].role == "forward"]
+    again = [v for v, c in seen.items() if c > 1 and gf[v].role == "forward" and gf[v].can_save
+             and not gf[v].must_recompute]
     return sorted(again, key=lambda v: (-gf[v].flops, -gf[v].bytes, v))
 
 
