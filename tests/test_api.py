@@ -226,10 +226,10 @@ def test_a_plan_is_frozen_and_reported_on_a_copy():
 
 def test_plans_of_versions_2_and_3_read_their_typed_fields_from_details():
     """Before version 3 a plan's fissions, swaps and link rode in ``details``, before version 4
-    its attempts, out_of_reach and instead_of: such plans read back with them as the typed
+    its attempts, out_of_reach, instead_of and time bound: such plans read back with them as the typed
     fields, and write version 4."""
     from remat.cost.transfer import Link
-    from remat.plans.outcome import Attempt, OutOfReach
+    from remat.plans.outcome import Attempt, OutOfReach, TimeBound
 
     d = remat.solve(cos_cos_graph(), "mincut-aggressive").to_dict()
     link = {"bandwidth": 2e9, "asynchronous": True, "latency": 1e-6, "source": "given"}
@@ -244,14 +244,18 @@ def test_plans_of_versions_2_and_3_read_their_typed_fields_from_details():
     tried = [{"solver": "descent", "status": "over_budget", "peak_bytes": 600, "predicted_seconds": 9.0,
               "compute_cost": 9.0, "message": "over"}]
     reach = {"message": "out of reach", "smallest_feasible": 500}
+    bound = {"max_overhead": 1.0, "seconds": 2.5, "default_peak_bytes": 700}
     v3 = {**old, "version": 3, "details": {**d["details"], "tried": tried, "out_of_reach": reach,
-                                           "instead_of": "griewank"}}
+                                           "instead_of": "griewank", "overhead": bound,
+                                           "within_overhead": False}}
     back = Plan.from_dict(v3, graph=cos_cos_graph())
     assert back.tried == (Attempt("descent", "over_budget", 600, 9.0, 9.0, "over"),)
     assert back.out_of_reach == OutOfReach("out of reach", 500) and back.instead_of == "griewank"
-    assert not set(typed) & set(back.details)
+    assert back.time_bound == TimeBound(1.0, 2.5, False, 700)
+    assert not set(typed) & set(back.details) and not {"overhead", "within_overhead"} & set(back.details)
     again = Plan.from_dict(back.to_dict(), graph=cos_cos_graph())
-    assert (again.tried, again.out_of_reach, again.instead_of) == (back.tried, back.out_of_reach, "griewank")
+    assert (again.tried, again.out_of_reach, again.instead_of, again.time_bound) == \
+        (back.tried, back.out_of_reach, "griewank", back.time_bound)
 
 
 def test_decisions_mirror_the_schedule():

@@ -36,10 +36,10 @@ def test_never_more_memory_than_the_plan_without_a_budget_and_within_the_bound(g
     plan = solve(graph, **options)
     overhead = options.get("max_overhead", MIN_OVERHEAD)
     bound = (1 + overhead) * reference_seconds(graph, default_cost_model(graph))
-    assert plan.details["overhead"]["seconds"] == pytest.approx(bound)
+    assert plan.time_bound.seconds == pytest.approx(bound)
     assert plan.peak_bytes <= default.peak_bytes
     if default.predicted_seconds <= bound:  # something within the bound is known: the answer is too
-        assert plan.details["within_overhead"]
+        assert plan.time_bound.met
         assert bounded_seconds(plan) <= bound * (1 + 1e-9)
 
 

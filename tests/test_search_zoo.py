@@ -76,12 +76,12 @@ def test_max_overhead_asks_for_the_least_memory_within_that_time():
     x = torch.randn(512, 64)
     (plan,) = remat.plan_all(model, x, max_overhead=0.10, cache=False, time_limit=10)
     (default,) = remat.plan_all(model, x, cache=False)
-    limit = plan.details["overhead"]["seconds"]
+    limit = plan.time_bound.seconds
     g = default.graph
     assert limit == pytest.approx(1.10 * reference_seconds(g, default_cost_model(g)), rel=1e-6)
     assert plan.predicted_seconds <= limit and plan.peak_bytes <= default.peak_bytes
     (least,) = remat.plan_all(model, x, budget="min", max_overhead=0.10, cache=False, time_limit=10)
-    assert least.details["overhead"]["seconds"] == pytest.approx(limit)
+    assert least.time_bound.seconds == pytest.approx(limit)
     for budget in (0.5, "6GiB"):
         with pytest.raises(remat.OptionError, match="not both"):
             remat.compile(model, budget=budget, max_overhead=0.1)

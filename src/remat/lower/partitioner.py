@@ -197,6 +197,7 @@ class RematPartitioner(CustomPartitionerFn):
                                    options=dict(plan.options), solve_seconds=plan.solve_seconds,
                                    fissions=plan.fissions, swaps=plan.swaps, link=plan.link,
                                    tried=plan.tried, out_of_reach=plan.out_of_reach, instead_of=plan.instead_of,
+                                   time_bound=plan.time_bound,
                                    details=dict(plan.details)).judge(plan.budget, default_cost_model(graph))
         if again.status == "invalid":
             raise PlanError(f"the plan's fissions do not replay on the captured graph: {again.message}")

@@ -6,9 +6,9 @@ peak memory, predicted time); :mod:`.budget` parses and resolves memory budgets;
 :mod:`.stages` is Checkmate's staged view (R/S matrices) of a schedule.
 """
 
-from .outcome import Attempt, OutOfReach
+from .outcome import Attempt, OutOfReach, TimeBound
 from .plan import Decision, Plan, PlanStatus, SavedValue, SolverReport, Verdict
 from .schedule import Schedule, Statement, schedule_from_saved_set
 from .simulator import SimResult, simulate
 
-__all__ = ["Attempt", "OutOfReach", "Decision", "Plan", "PlanStatus", "SavedValue", "SolverReport", "Verdict", "Schedule", "Statement", "schedule_from_saved_set", "SimResult", "simulate"]
+__all__ = ["Attempt", "OutOfReach", "TimeBound", "Decision", "Plan", "PlanStatus", "SavedValue", "SolverReport", "Verdict", "Schedule", "Statement", "schedule_from_saved_set", "SimResult", "simulate"]

@@ -32,7 +32,7 @@ from ..graph.fission import Fission
 from ..graph.graph import Graph
 from .budget import format_bytes
 from .fission_text import describe_fission
-from .outcome import Attempt, OutOfReach
+from .outcome import Attempt, OutOfReach, TimeBound
 from .phases import split_schedule
 from .saved_set import backward_work
 from .schedule import Schedule, Statement, schedule_from_saved_set
@@ -41,10 +41,11 @@ from .simulator import SimResult, simulate
 PLAN_FORMAT = "remat.plan"
 PLAN_VERSION = 4
 """3: fissions, swaps and the link are fields of their own (version 2 kept them in
-``details``); 4: so are the attempts (``tried``), ``out_of_reach`` and ``instead_of``.
+``details``); 4: so are the attempts (``tried``), ``out_of_reach``, ``instead_of`` and the
+time bound (``time_bound``: ``details["overhead"]`` and ``["within_overhead"]`` before).
 :meth:`Plan.from_dict` reads all three versions."""
 _READS = (2, 3, 4)
-_TYPED = ("fissions", "swaps", "link", "tried", "out_of_reach", "instead_of")
+_TYPED = ("fissions", "swaps", "link", "tried", "out_of_reach", "instead_of", "overhead", "within_overhead")
 """The fields that rode in ``details`` before version 4 (the first three before 3)."""
 
 
@@ -186,7 +187,9 @@ class Plan:
     on the way, ``auto``'s portfolio and search), ``out_of_reach`` (an
     :class:`~remat.plans.outcome.OutOfReach` where the budget asked for was out of reach and
     this plan, the least memory found, runs instead) and ``instead_of`` (the solver of the plan
-    that met the budget where the step planner runs ``"min"``'s plan in its place).
+    that met the budget where the step planner runs ``"min"``'s plan in its place);
+    ``time_bound`` (a :class:`~remat.plans.outcome.TimeBound`: the slowdown bound a
+    least-memory plan was chosen within, and whether it keeps it).
 
     A plan is frozen once made: its fields, options, details, decisions and bans are
     read-only; :meth:`judge` and :meth:`updated` make new plans, and the layers above report on
@@ -225,6 +228,7 @@ class Plan:
     tried: tuple[Attempt, ...] = ()
     out_of_reach: OutOfReach | None = None
     instead_of: str | None = None
+    time_bound: TimeBound | None = None
     details: dict[str, Any] = field(default_factory=dict)
     graph: Graph | None = field(default=None, repr=False)
     sim: SimResult | None = field(default=None, repr=False)
@@ -247,6 +251,10 @@ class Plan:
         self.out_of_reach = None if reach is None else OutOfReach.from_dict(reach)
         if self.instead_of is None and legacy.get("instead_of") is not None:
             self.instead_of = str(legacy["instead_of"])
+        bound = self.time_bound
+        if bound is None and isinstance(legacy.get("overhead"), Mapping):
+            bound = {**legacy["overhead"], "met": legacy.get("within_overhead", True)}
+        self.time_bound = None if bound is None else TimeBound.from_dict(bound)
         for name in ("options", "details", "decisions", "banned"):  # read-only from here on
             value = getattr(self, name)
             object.__setattr__(self, name, value if isinstance(value, _Sealed) else _Sealed(value))
@@ -446,8 +454,8 @@ class Plan:
                 d["status"] = v.value
             elif f.name == "tried":
                 d["tried"] = [_jsonable(t.to_dict()) for t in v]
-            elif f.name == "out_of_reach":
-                d["out_of_reach"] = None if v is None else v.to_dict()
+            elif f.name in ("out_of_reach", "time_bound"):
+                d[f.name] = None if v is None else _jsonable(v.to_dict())
             elif f.name == "link":
                 d["link"] = None if v is None else {"bandwidth": v.bandwidth, "asynchronous": v.asynchronous,
                                                     "latency": v.latency, "source": v.source}

@@ -451,7 +451,7 @@ def _pick(label: str, kind: str, value, plan: Plan | None, reached: bool, messag
     if kind == "fraction":
         met = reached and plan.feasible
     elif kind in ("min", "overhead"):
-        met = bool(plan.details.get("within_overhead", True))
+        met = plan.time_bound is None or plan.time_bound.met
     else:
         met = True
     instead = kind == "fraction" and runs_min(plan, reached, least, solver)

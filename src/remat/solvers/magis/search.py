@@ -53,7 +53,7 @@ from ...cost.transfer import Link, link_for_graph, offload_allowed
 from ...errors import OptionError, PlanError, RematError
 from ...graph.graph import Graph
 from ...plans.budget import reference_saved, reference_schedule
-from ...plans.outcome import Attempt
+from ...plans.outcome import Attempt, TimeBound
 from ...plans.plan import Plan
 from ...plans.saved_set import backward_work
 from ...plans.schedule import Schedule, schedule_from_saved_set
@@ -345,7 +345,7 @@ def least_within(g: Graph, overhead: float, cm: CostModel, clock: Deadline, *,
     search in time mode from the best of them and the plan without a budget, that plan's peak
     its cap (:class:`Objective`). When the plan without a budget is itself over the bound,
     nothing within both is known: the fastest plan no larger than it is returned
-    (``details["within_overhead"]`` says whether the bound was met)."""
+    (``plan.time_bound.met`` says whether the bound was met)."""
     link = link or link_for_graph(g, cm)
     seconds = reference_seconds(g, cm, link) * (1 + overhead)
     report(f"{g.name}: starting plans for the least memory within {overhead:.0%} more time")
@@ -360,10 +360,9 @@ def least_within(g: Graph, overhead: float, cm: CostModel, clock: Deadline, *,
             plan = plan.updated(tried=base.tried + (Attempt.of(base),))
     if default is not None and (plan.peak_bytes is None or plan.peak_bytes > default.peak_bytes):
         plan = default  # never above the plan without a budget (a base that is not valid)
-    return plan.updated(details={
-        "overhead": {"max_overhead": overhead, "seconds": seconds,
-                     "default_peak_bytes": None if default is None else default.peak_bytes},
-        "within_overhead": plan.predicted_seconds is not None and plan.predicted_seconds <= seconds * (1 + 1e-9)})
+    met = plan.predicted_seconds is not None and plan.predicted_seconds <= seconds * (1 + 1e-9)
+    return plan.updated(time_bound=TimeBound(float(overhead), float(seconds), bool(met),
+                                             None if default is None else default.peak_bytes))
 
 
 def _default_plan(g: Graph, cm: CostModel, link: Link) -> Plan | None:
