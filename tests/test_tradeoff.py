@@ -37,12 +37,19 @@ def exactly_dominates(a, b) -> bool:
         and (a.peak_bytes, a.predicted_seconds) != (b.peak_bytes, b.predicted_seconds)
 
 
-def solved(g, k):
-    """What remat.solve returns for the pick ``k``'s budget: (plan, reached) or (None, error)."""
+def solved(g, k, **extra):
+    """What remat.solve returns for the pick ``k``'s budget: (plan, reached) or (None, error).
+    A fraction is asked as the step planner asks auto: the starting plans first, and the search
+    only where min's plan meets the share."""
     budget = {"none": None, "min": "min", "overhead": None}.get(k.kind, k.value)
-    extra = {"max_overhead": k.value} if k.kind == "overhead" else {}
-    if k.kind == "fraction":  # as the step planner asks auto for a fraction
-        extra["staged_within"] = min_seconds(g)
+    if k.kind == "overhead":
+        extra["max_overhead"] = k.value
+    if k.kind == "fraction" and not extra:
+        extra = {"staged_within": min_seconds(g)}
+        plan, reached = solved(g, k, search=False, **extra)
+        least = solve(g, "auto", budget="min", time_limit=None)
+        if reached or plan is None or least.peak_bytes > Budget.parse(k.value).bytes_for(g):
+            return plan, reached
     try:
         return solve(g, "auto", budget=budget, time_limit=None, **extra), True
     except InfeasibleBudgetError as e:
@@ -165,7 +172,8 @@ def test_a_dominated_pick_is_reported(monkeypatch):
     def aggressive_at_09(graph, solver, *, budget=None, **kw):
         if budget is not None and budget.kind == "fraction" and budget.value == 0.9:
             solver = "mincut-aggressive"
-            kw.pop("staged_within", None)  # auto's option
+            kw.pop("staged_within", None)  # auto's options
+            kw.pop("search", None)
         return real(graph, solver, budget=budget, **kw)
 
     monkeypatch.setattr(tradeoff_module, "solve", aggressive_at_09)
@@ -224,3 +232,17 @@ def test_remat_frontier_on_an_mlp():
         plan, _ = solved(t.graph, k)
         assert (plan.peak_bytes, plan.predicted_seconds) == (k.peak_bytes, k.predicted_seconds)
     assert "frontier of" in str(ts) and json.loads(ts.to_json())["graphs"][0]["graph"] == t.graph_name
+
+
+def test_a_frontier_with_fission_picks_what_the_step_planner_runs():
+    """On a graph with dimensions, where MAGIS's search runs, each fraction's pick is what
+    remat.compile's step planner runs: the search for a share only where min's plan meets it
+    (0.9 and 0.8 here), min's plan where the share is out of reach (0.5, 0.3)."""
+    from test_fission import mlp_graph
+
+    g = mlp_graph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tradeoff(g, fractions=(0.9, 0.8, 0.5, 0.3), overheads=())
+        check(t, g)
+    assert [t.pick(f).runs_min for f in ("0.9", "0.8", "0.5", "0.3")] == [False, False, True, True]

@@ -29,7 +29,6 @@ from ..errors import InfeasibleBudgetError, PlanError, RematError, RematOffloadW
 from ..plans.budget import REFERENCE_SAVED, format_bytes
 from ..plans.cache import source_hash
 from ..plans.plan import Plan
-from ..plans.schedule import Schedule
 from ..solvers import info
 from ..solvers.mincut import cut_cost
 from ..step.budget import StepBudget
@@ -193,12 +192,7 @@ class RematPartitioner(CustomPartitionerFn):
         with functorch_config.patch(cse=False):  # CSE would merge parts that read only shared inputs
             split = tc.prepare_joint(fission_joint(joint.gm, fissions), num_fwd_outputs, static)
         graph = self._capture(split, reference)
-        again = Plan.from_schedule(Schedule(graph, list(plan.statements)), solver=plan.solver,
-                                   options=dict(plan.options), solve_seconds=plan.solve_seconds,
-                                   fissions=plan.fissions, swaps=plan.swaps, link=plan.link,
-                                   tried=plan.tried, out_of_reach=plan.out_of_reach, instead_of=plan.instead_of,
-                                   time_bound=plan.time_bound,
-                                   details=dict(plan.details)).judge(plan.budget, default_cost_model(graph))
+        again = plan.on_graph(graph).judge(plan.budget, default_cost_model(graph))
         if again.status == "invalid":
             raise PlanError(f"the plan's fissions do not replay on the captured graph: {again.message}")
         if plan.budget is not None and not again.feasible:

@@ -394,8 +394,7 @@ class PlanCache:
         path = self.path(key)
         try:
             d = plan.to_dict()
-            d["details"] = {k: v for k, v in d.get("details", {}).items()
-                            if k not in _CACHE_FIELDS and k != "out_of_reach"}
+            d["details"] = {k: v for k, v in d.get("details", {}).items() if k not in _CACHE_FIELDS}
             d["out_of_reach"] = None  # the entry's own record (out_of_reach=) says it
             entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,
                      "graph_hash": graph_hash(graph), "remat": _version("remat"),

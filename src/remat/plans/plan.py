@@ -258,7 +258,7 @@ class Plan:
         for name in ("options", "details", "decisions", "banned"):  # read-only from here on
             value = getattr(self, name)
             object.__setattr__(self, name, value if isinstance(value, _Sealed) else _Sealed(value))
-        self.__dict__["_sealed"] = True
+        self.__dict__["_frozen"] = True
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -395,19 +395,16 @@ class Plan:
             changes["details"] = {**self.details, **details}
         return dataclasses.replace(self, **changes)
 
-    def sealed(self) -> "Plan":
-        """This plan: every plan is read-only once made (assigning a field raises
-        :class:`dataclasses.FrozenInstanceError`, changing its options, details, decisions
-        or bans a TypeError); kept for callers written when plans were sealed once judged."""
-        return self
-
-    @property
-    def is_sealed(self) -> bool:
-        """True: a plan is read-only once made (:meth:`updated` and :meth:`judge` make new ones)."""
-        return bool(self.__dict__.get("_sealed"))
+    def on_graph(self, graph: Graph) -> "Plan":
+        """This plan's statements as a plan of ``graph``, a graph that holds the same names (the
+        joint graph captured again with the plan's fissions unrolled): its saved set, decisions
+        and recomputations read off ``graph``, all the solver reported kept; not judged."""
+        made = Plan.from_schedule(Schedule(graph, list(self.statements)), solver=self.solver)
+        read = ("graph_name", "statements", "decisions", "saved", "recomputed", "moved_to_backward", "graph")
+        return dataclasses.replace(self, sim=None, **{name: getattr(made, name) for name in read})
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if self.__dict__.get("_sealed"):
+        if self.__dict__.get("_frozen"):
             raise dataclasses.FrozenInstanceError(
                 f"cannot assign to field {name!r}: the plan of {self.graph_name!r} is frozen; "
                 "make a new one with plan.updated(...)")

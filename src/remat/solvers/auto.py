@@ -82,7 +82,8 @@ def auto(g: Graph, *, budget: float | None = None, cost_model: CostModel | None 
     staged schedule is never faster than that). The step planner passes :func:`min_seconds` for
     a fraction, which runs a staged schedule only within ``"min"``'s time bound: where the
     reference step is no slower than recomputing nothing, none can be, and the baselines'
-    seconds are spared; where it is much slower (an offloading chain), they still run.
+    seconds are spared; where it is much slower (2.3 / 2 times the fastest plan or more), they
+    still run.
     ``search=False``: under a budget, no search after the starting plans (the step planner asks
     so for a fraction first, then asks ``"min"`` whether the search could meet it)."""
     least = budget is not None and budget <= 0

@@ -157,14 +157,14 @@ set)."""
 
 def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = None,
               time_limit: float | None = None, *, swapping: bool = False,
-              within: float | None = None, staged: bool = True) -> Plan:
+              within: float | None = None) -> Plan:
     """The best starting plan for ``budget`` bytes (0: the least peak; None: the conservative
     min cut, or, without fusion, the fastest frontier plan no larger and clearly faster) within ``time_limit`` seconds (see the module docstring); every plan made is in
     ``plan.tried``. ``swapping``: offloading too (stage 5). ``within`` (with budget 0):
     the least peak among the plans predicted within ``within`` seconds (a staged schedule's
     time times :data:`STAGED_PENALTY`) and no larger than the conservative min cut; the fastest
     of those no larger when none is that fast; with a budget, it spares the staged schedules
-    where none could be predicted within it. ``staged=False``: no staged schedules (stage 4)."""
+    (stage 4) where none could be predicted within it."""
     cm = cost_model or default_cost_model(g)
     if budget is None and cm.fused_memory:  # under inductor the min cut is PyTorch's own plan
         return mincut(g, "conservative")
@@ -207,11 +207,10 @@ def portfolio(g: Graph, budget: float | None, cost_model: CostModel | None = Non
     runs_staged = staged_schedules_run_as_planned(cm)
     fastest = min((p.predicted_seconds for p in plans if p.sim is not None and p.sim.valid), default=None)
     # a staged schedule is never faster than the fastest plan found: within that bound, none can be
-    offered = staged and not (within is not None and fastest is not None and within < STAGED_PENALTY * fastest)
+    offered = not (within is not None and fastest is not None and within < STAGED_PENALTY * fastest)
     staged = clock.share(STAGED_SHARE)
     if (least or not any(p.feasible for p in plans)) and not offered:
-        report(f"{g.name}: no staged schedules " + ("asked for" if within is None else
-                                                     f"within {within:.3g} s") + " (saved sets only)")
+        report(f"{g.name}: no staged schedules within {within:.3g} s (saved sets only)")
     elif (least or not any(p.feasible for p in plans)) and not runs_staged:
         report(f"{g.name}: no staged schedules under a fusing compiler (saved sets only)")
     elif (least or not any(p.feasible for p in plans)) and staged_stages(g) > STAGED_MAX_STAGES:

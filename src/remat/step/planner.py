@@ -327,7 +327,7 @@ def within_min_bound(graph: Graph, plan: Plan, least: Callable[[], Plan], *, fra
     kind = "a staged schedule" if is_staged(plan) else "a plan"
     asked = math.ceil(plan.peak_bytes / (1 - TORCH_HEADROOM))  # remat.compile plans within 99% of bytes
     note = (f"Only {kind} ({plan.solver}, {format_bytes(plan.peak_bytes)}) meets it, predicted "
-            f"{bounded_seconds(plan) * (1 + MIN_OVERHEAD) / max(bound, 1e-30):.1f}x plain torch.compile's step, past min's "
+            f"{bounded_seconds(plan) / max(bound / (1 + MIN_OVERHEAD), 1e-30):.1f}x plain torch.compile's step, past min's "
             f"{1 + MIN_OVERHEAD:g}x; budget={asked} (bytes) runs it.")
     return m.updated(out_of_reach=OutOfReach(f"only {kind} ({plan.solver}) meets it, past min's time bound",
                                              plan.peak_bytes, note), instead_of=plan.solver)

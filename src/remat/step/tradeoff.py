@@ -35,7 +35,7 @@ from ..graph.graph import Graph
 from ..plans.budget import (Budget, activation_bytes, format_bytes, reference_name, reference_peak,
                             resident_bytes)
 from ..plans.plan import Plan
-from ..solvers.auto import MIN_OVERHEAD
+from ..solvers.auto import MIN_OVERHEAD, min_seconds
 from ..solvers.magis.search import check_overhead, reference_seconds
 from ..solvers.portfolio import STAGED_PENALTY, bounded_seconds
 from ..solvers.progress import report
@@ -321,29 +321,43 @@ def tradeoff(g: Graph, *, solver: str = "auto", fractions: Iterable[float | str]
                                fraction(int(t.peak_bytes)), ratio(float(t.predicted_seconds)),
                                "summary", (label,)))
 
+    def solved(budget: Budget | None, extra: dict) -> tuple[Plan | None, bool, str]:
+        try:
+            return solve(g, solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
+                         **options, **extra), True, ""
+        except InfeasibleBudgetError as e:
+            return e.plan, False, (f"smallest feasible budget found {format_bytes(e.smallest_feasible)}"
+                                   if e.smallest_feasible is not None else str(e)[:200])
+        except RematError as e:  # this solver cannot plan the graph for this budget
+            return None, False, str(e)[:200]
+
+    leasts: list[tuple[Plan | None, bool, str]] = []
+
+    def least_solved() -> tuple[Plan | None, bool, str]:
+        if not leasts:
+            leasts.append(solved(Budget.least(), {}))
+        return leasts[0]
+
+    min_bound = min_seconds(g, cm)
     raw: list[tuple[str, str, float | None, Budget | None, Plan | None, bool, str]] = []
     for i, (label, kind, value) in enumerate(asks):
         report(f"{g.name}: the frontier, budget {label} ({i + 1} of {len(asks)})")
         budget = Budget.least() if kind == "min" else Budget.parse(value) if kind == "fraction" else None
-        extra = {"max_overhead": value} if kind == "overhead" else {}
-        if kind == "fraction" and solver == "auto":  # as the step planner asks for a fraction
-            extra["staged_within"] = ref_seconds * (1 + MIN_OVERHEAD)
-        plan, reached, message = None, True, ""
-        try:
-            plan = solve(g, solver, budget=budget, cost_model=cost_model, time_limit=time_limit,
-                         **options, **extra)
-        except InfeasibleBudgetError as e:
-            plan, reached = e.plan, False
-            message = (f"smallest feasible budget found {format_bytes(e.smallest_feasible)}"
-                       if e.smallest_feasible is not None else str(e)[:200])
-        except RematError as e:  # this solver cannot plan the graph for this budget
-            reached, message = False, str(e)[:200]
+        if kind == "min":
+            plan, reached, message = least_solved()
+        elif kind == "fraction" and solver == "auto":  # as the step planner asks for a fraction
+            plan, reached, message = solved(budget, {"staged_within": min_bound, "search": False})
+            m = least_solved()[0] if not reached and plan is not None else None
+            if m is not None and m.peak_bytes is not None and m.peak_bytes <= budget.bytes_for(g):
+                plan, reached, message = solved(budget, {"staged_within": min_bound})  # min meets it: search
+        else:
+            plan, reached, message = solved(budget, {"max_overhead": value} if kind == "overhead" else {})
         collect(label, plan)
         raw.append((label, kind, value, budget, plan, reached, message))
 
     merged = _merged(found)
     points = _non_dominated(merged)
-    least = next((r[4] for r in raw if r[1] == "min"), None)
+    least = leasts[0][0] if leasts else None
     picks = []
     for label, kind, value, budget, plan, reached, message in raw:
         bound_bytes = budget.bytes_for(g) if budget is not None and kind == "fraction" else None
@@ -351,7 +365,7 @@ def tradeoff(g: Graph, *, solver: str = "auto", fractions: Iterable[float | str]
         overhead = value if kind == "overhead" else MIN_OVERHEAD if kind == "min" and solver == "auto" else None
         bound_seconds = None if overhead is None else ref_seconds * (1 + overhead)
         picks.append(_pick(label, kind, value, plan, reached, message, points, merged, bound_bytes,
-                           bound_seconds, least, ref_seconds * (1 + MIN_OVERHEAD), fraction, ratio, solver))
+                           bound_seconds, least, min_bound, fraction, ratio, solver))
     return Tradeoff(g.name, len(g), solver, tuple(points), tuple(picks), ref, resident, scale, len(found),
                     time.perf_counter() - t0, g)
 
