@@ -14,7 +14,9 @@ plan after. For each graph, :meth:`StepPlanner.plan`:
    warning naming the fraction reached, its floor and its predicted slowdown. A fraction's
    share is tried with ``auto``'s starting plans first; where none meets it, ``"min"``'s plan
    decides whether the search runs for it (only where min's plan meets it: the search for a
-   share min misses is spared, half of a Llama's first call at 0.5);
+   share min misses is spared: a depth-32 Llama's first call at 0.5, out of reach, measured
+   1.79x plain torch.compile's where it had been 2.96x, ``benchmarks/planner_scale.py
+   --llama`` in BENCHMARKS.md);
 4. a fraction of a step of several graphs is planned again so that it leaves the graphs
    after it their shares (:meth:`StepPlanner._leave_shares`);
 5. a plan with fissions is split by the caller's ``split`` (the partitioner unrolls them on
