@@ -4,7 +4,7 @@ An MLP encoder-decoder with four long skip connections (512 x 256), written for 
 PyTorch: ``remat.compile(model, solver="torch-offload")``, PyTorch's min cut with
 ``enable_activation_offloading`` on and every saved activation marked ``should_offload`` inside
 the partitioner (left alone, torch marks nothing and copies nothing); its row reports the
-transfers its forward makes (``plan.details["transfers"]``) and the copies its ops registered.
+transfers its forward makes (``plan.transfers``) and the copies its ops registered.
 remat: ``remat.compile(model, solver="swap", budget=0.7)``: the offloads its plan makes. Both
 under ``--compiler`` (default inductor), with the gradients' largest difference from eager
 autograd. Prints one line each; rows: ``benchmarks/results/offload_trial.json``.

@@ -47,7 +47,7 @@ with warnings.catch_warnings(record=True) as seen:
     first = time.perf_counter() - t
 count = lambda c: sum(issubclass(w.category, c) for w in seen)
 print(json.dumps({"first_step_s": first, "planning_s": sum(p.solve_seconds for p in plans),
-                  "cache": ",".join(str(p.details.get("cache")) for p in plans),
+                  "cache": ",".join(str(p.cache) for p in plans),
                   "out_of_reach": all(p.out_of_reach is not None for p in plans),
                   "budget_warnings": count(remat.RematBudgetWarning), "cache_warnings": count(remat.RematCacheWarning),
                   "fallback_warnings": count(remat.RematFallbackWarning)}))

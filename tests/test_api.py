@@ -215,16 +215,40 @@ def test_a_plan_is_frozen_and_reported_on_a_copy():
         judged.feasible = True
     assert plan.feasible and plan.status in ("optimal", "feasible")
     with pytest.raises(TypeError, match="read-only"):
-        plan.details["cache"] = "hit"
+        plan.details["note"] = "hit"
     with pytest.raises(TypeError, match="read-only"):
         plan.options.update(budget="1.0")
-    again = plan.updated(options={"step_graph": 1}, details={"cache": "hit"})
+    again = plan.updated(options={"step_graph": 1}, details={"note": "hit"})
     assert again is not plan
     with pytest.raises(TypeError, match="read-only"):
-        again.details["cache"] = "miss"
+        again.details["note"] = "miss"
     assert again.options == {**plan.options, "step_graph": 1} and "step_graph" not in plan.options
-    assert "cache" not in plan.details and again.statements == plan.statements
-    assert json.loads(again.to_json())["details"]["cache"] == "hit"
+    assert "note" not in plan.details and again.statements == plan.statements
+    assert json.loads(again.to_json())["details"]["note"] == "hit"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        again.cache = "hit"
+
+
+def test_what_the_layers_around_a_solver_report_is_typed_not_in_details():
+    """The plan cache, the fallback and PyTorch's offloading report in fields of their own
+    (version 5); a version-4 plan that kept them in ``details`` reads them into the fields, and
+    a key of ``details`` that is now a field sets the field, not the bag."""
+    plan = remat.solve(cos_cos_graph(), "mincut-aggressive")
+    assert (plan.cache, plan.cache_file, plan.fallback, plan.transfers) == (None, None, None, None)
+    d = plan.to_dict()
+    assert d["version"] == 5
+    d.update(version=4, details={**d["details"], "cache": "hit", "cache_file": "/x.json",
+                                 "fallback": "PlanError: no", "transfers": 3})
+    for k in ("cache", "cache_file", "fallback", "transfers"):
+        d.pop(k)
+    old = Plan.from_dict(d)
+    assert (old.cache, old.cache_file, old.fallback, old.transfers) == ("hit", "/x.json", "PlanError: no", 3)
+    assert not set(old.details) & {"cache", "cache_file", "fallback", "transfers"}
+    assert "fell back to PyTorch's partitioner: remat could not plan this graph (PlanError: no)" in old.summary()
+    hit = old.updated(details={"cache": "miss", "note": 1})
+    assert hit.cache == "miss" and dict(hit.details) == {**old.details, "note": 1}
+    with pytest.raises(ValueError, match="'hit', 'miss', 'off'"):
+        plan.updated(cache="warm")
 
 
 def test_plans_of_versions_2_and_3_read_their_typed_fields_from_details():
@@ -243,7 +267,7 @@ def test_plans_of_versions_2_and_3_read_their_typed_fields_from_details():
     assert (back.swaps, back.link, back.fissions) == (3, Link(2e9, True, 1e-6, "given"), ())
     assert not {"swaps", "link", "fissions"} & set(back.details)
     out = back.to_dict()
-    assert out["version"] == 4 and out["swaps"] == 3 and out["link"] == link
+    assert out["version"] == 5 and out["swaps"] == 3 and out["link"] == link
     tried = [{"solver": "descent", "status": "over_budget", "peak_bytes": 600, "predicted_seconds": 9.0,
               "compute_cost": 9.0, "message": "over"}]
     reach = {"message": "out of reach", "smallest_feasible": 500}

@@ -102,7 +102,7 @@ def test_a_round_trip_returns_the_same_plan(tmp_path, monkeypatch, solver, budge
     g = cos_cos_graph() if solver == "checkmate" else synthetic_joint_graph(80, seed=1)
     fresh = cached_solve(g, solver, budget=budget, time_limit=15, cache=tmp_path)
     assert solver != "checkmate" or (fresh.status == "optimal" and fresh.recomputes > 0)
-    assert fresh.details["cache"] == "miss" and len(list(tmp_path.glob("*.json"))) == 1
+    assert fresh.cache == "miss" and len(list(tmp_path.glob("*.json"))) == 1
     import remat.solvers.cached
 
     def no_solve(*a, **k):
@@ -113,7 +113,7 @@ def test_a_round_trip_returns_the_same_plan(tmp_path, monkeypatch, solver, budge
         warnings.simplefilter("error", RematCacheWarning)
         again = cached_solve(Graph(g.nodes, name="another"), solver, budget=budget, time_limit=15,
                              cache=tmp_path)
-    assert again.details["cache"] == "hit" and again.graph_name == "another"
+    assert again.cache == "hit" and again.graph_name == "another"
     assert again.saved_names == fresh.saved_names and again.saved == fresh.saved
     assert list(again.statements) == list(fresh.statements)
     assert (again.peak_bytes, again.predicted_seconds, again.recomputes, again.status, again.feasible) == \
@@ -136,11 +136,11 @@ def test_a_plan_with_fissions_is_served_against_the_graph_split_again(tmp_path):
     ref = simulate(reference_schedule(g))
     budget = int(ref.constant_bytes + 0.7 * (ref.peak_bytes - ref.constant_bytes))
     fresh = cached_solve(g, "magis", budget=budget, time_limit=None, iterations=30, cache=tmp_path)
-    assert fresh.details["cache"] == "miss" and fresh.fissions
+    assert fresh.cache == "miss" and fresh.fissions
     with warnings.catch_warnings():
         warnings.simplefilter("error", RematCacheWarning)
         again = cached_solve(g, "magis", budget=budget, time_limit=None, iterations=30, cache=tmp_path)
-    assert again.details["cache"] == "hit" and again.fissions == fresh.fissions
+    assert again.cache == "hit" and again.fissions == fresh.fissions
     assert list(again.statements) == list(fresh.statements) and again.peak_bytes == fresh.peak_bytes
     assert again.graph.meta["fissions"] == [f.to_dict() for f in fresh.fissions]
 
@@ -150,17 +150,17 @@ def _stored(tmp_path, g=None, solver="mincut-aggressive", **kw):
     store = PlanCache(tmp_path)
     key = cache_key(g, solver, time_limit=60, **kw)
     plan = cached_solve(g, solver, cache=store, **kw)
-    assert plan.details["cache"] == "miss" and store.path(key).exists()
+    assert plan.cache == "miss" and store.path(key).exists()
     return g, store, key, plan
 
 
 def _replans_with_a_warning(g, store, key, match, solver="mincut-aggressive", **kw):
     with pytest.warns(RematCacheWarning, match=match):
         plan = cached_solve(g, solver, cache=store, **kw)
-    assert plan.details["cache"] == "miss" and plan.feasible
+    assert plan.cache == "miss" and plan.feasible
     with warnings.catch_warnings():  # the put replaced the bad entry
         warnings.simplefilter("error", RematCacheWarning)
-        assert cached_solve(g, solver, cache=store, **kw).details["cache"] == "hit"
+        assert cached_solve(g, solver, cache=store, **kw).cache == "hit"
     return plan
 
 
@@ -226,13 +226,13 @@ def test_infeasible_budgets_and_uncacheable_options_store_nothing(tmp_path):
 
 def test_the_cache_is_off_when_asked(tmp_path, monkeypatch):
     g = cos_cos_graph()
-    assert cached_solve(g, cache=False).details["cache"] == "off"
+    assert cached_solve(g, cache=False).cache == "off"
     monkeypatch.setenv("REMAT_CACHE_DIR", "off")
     assert pc.default_directory() is None
-    assert cached_solve(g).details["cache"] == "off"
+    assert cached_solve(g).cache == "off"
     monkeypatch.setenv("REMAT_CACHE_DIR", str(tmp_path / "plans"))
-    assert cached_solve(g).details["cache"] == "miss"
-    assert cached_solve(g).details["cache"] == "hit"
+    assert cached_solve(g).cache == "miss"
+    assert cached_solve(g).cache == "hit"
     monkeypatch.delenv("REMAT_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert pc.default_directory() == tmp_path / "xdg" / "remat" / "plans"
@@ -281,7 +281,7 @@ step = remat.compile(model, budget=0.9, compiler="eager", on_plan=lambda g, p: p
 step(x).sum().backward()
 wall = time.perf_counter() - t0
 p = plans[0]
-print(json.dumps({"cache": p.details["cache"], "solve_calls": len(calls), "solve_seconds": p.solve_seconds,
+print(json.dumps({"cache": p.cache, "solve_calls": len(calls), "solve_seconds": p.solve_seconds,
                   "wall": wall, "saved": p.saved_names, "peak": p.peak_bytes,
                   "grad": float(model.net[0].weight.grad.abs().sum())}))
 """
@@ -360,12 +360,12 @@ def test_a_bad_cache_file_does_not_switch_remat_off_for_its_graph(_plan_cache):
         p.write_bytes(b"\xff" * 10)
     with pytest.warns(RematCacheWarning, match="not UTF-8"):
         again = remat.plan(f, x, budget="16KiB", for_compiler="eager", strict=True)
-    assert again.details["cache"] == "miss" and again.saved_names == first.saved_names
+    assert again.cache == "miss" and again.saved_names == first.saved_names
     assert again.peak_bytes <= 16 * 1024 and "fallback" not in again.details
     with warnings.catch_warnings():
         warnings.simplefilter("error", RematCacheWarning)  # replaced: read without a word
         third = remat.plan(f, x, budget="16KiB", for_compiler="eager", strict=True)
-    assert third.details["cache"] == "hit"
+    assert third.cache == "hit"
 
 
 def test_an_entry_records_its_budget_and_one_planned_for_another_is_not_served(tmp_path):
@@ -380,7 +380,7 @@ def test_an_entry_records_its_budget_and_one_planned_for_another_is_not_served(t
     store.path(key_b).write_text(json.dumps(e))
     with pytest.warns(RematCacheWarning, match="planned for the budget fraction 1.0"):
         plan = cached_solve(g, "auto", budget=0.95, cache=store)
-    assert plan.details["cache"] == "miss" and _entry(store, key_b)["budget"]["value"] == 0.95
+    assert plan.cache == "miss" and _entry(store, key_b)["budget"]["value"] == 0.95
 
 
 def test_a_fraction_out_of_reach_stores_the_plan_it_ran(_plan_cache, monkeypatch):
@@ -396,7 +396,7 @@ def test_a_fraction_out_of_reach_stores_the_plan_it_ran(_plan_cache, monkeypatch
 
     with pytest.warns(remat.RematBudgetWarning, match="out of reach"):
         first = remat.plan(f, x, budget=0.05, for_compiler="eager")
-    assert first.details["cache"] == "miss" and first.out_of_reach.message
+    assert first.cache == "miss" and first.out_of_reach.message
     entries = [json.loads(p.read_text()) for p in _plan_cache.glob("*.json") if p.name != "links.json"]
     assert any(e.get("out_of_reach") for e in entries)
 
@@ -408,7 +408,7 @@ def test_a_fraction_out_of_reach_stores_the_plan_it_ran(_plan_cache, monkeypatch
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", remat.RematBudgetWarning)
         again = remat.plan(f, x, budget=0.05, for_compiler="eager")
-    assert again.details["cache"] == "hit" and again.out_of_reach == first.out_of_reach
+    assert again.cache == "hit" and again.out_of_reach == first.out_of_reach
     assert again.saved_names == first.saved_names and again.peak_bytes == first.peak_bytes
     monkeypatch.setattr(cached, "solve", real)  # strict=True asks auto for staged schedules too: another entry
     with pytest.raises(remat.InfeasibleBudgetError):  # refused

@@ -68,7 +68,7 @@ def test_a_byte_budget_under_a_fallback_holds_or_is_refused():
     for g, r in zip(grads, ref):
         torch.testing.assert_close(g, r)
     (plan,) = plans
-    assert plan.details["fallback"].startswith("UnsupportedGraphError") and plan.solver == "torch-mincut"
+    assert plan.fallback.startswith("UnsupportedGraphError") and plan.solver == "torch-mincut"
     resident = sum(p.numel() * 4 for p in model.parameters()) + x.numel() * 4
     measured = peak_memory(lambda: _step(model, compiled, x)).peak_bytes
     assert resident + measured <= plan.peak_bytes <= 64 * 2**20  # the prediction bounds the step

@@ -4,7 +4,7 @@
 ``meta["should_offload"]``, and nothing in torch marks them. ``torch-offload`` is PyTorch's
 min cut with every saved activation marked inside the partitioner
 (:func:`remat.lower.torch_offload.torch_offload`); each plan reports how many values its forward
-copies out (``plan.details["transfers"]``). On this CPU the copies are PyTorch's synchronous
+copies out (``plan.transfers``). On this CPU the copies are PyTorch's synchronous
 ``prims.device_put``; with :func:`remat.bench.ao_standin.install` (process-wide: run in a
 subprocess) they are its ``ao`` ops, stream parts stubbed.
 """
@@ -62,11 +62,11 @@ def test_marks_only_computed_tensors():
 def test_offloads_with_gradients_of_eager():
     err, plans = _step("torch-offload", "eager")
     assert err < 1e-6
-    assert plans and plans[0].details["transfers"] > 0
+    assert plans and plans[0].transfers > 0
     # what it saves is the min cut's, under the values' own names (not cpu_offload_*)
     _, base = _step("torch-mincut", "eager")
     assert sorted(plans[0].saved_names) == sorted(base[0].saved_names)
-    assert base[0].details["transfers"] == 0
+    assert base[0].transfers == 0
 
 
 def test_synchronous_copies_without_stand_in():
@@ -119,7 +119,7 @@ _AO_SCRIPT = textwrap.dedent("""
         model.zero_grad()
         step(x).square().mean().backward()
     err = max(float((a.grad - b.grad).abs().max()) for a, b in zip(model.parameters(), ref.parameters()))
-    print(json.dumps({"err": err, "transfers": [p.details.get("transfers") for p in plans],
+    print(json.dumps({"err": err, "transfers": [p.transfers for p in plans],
                       "registered": copies[0], "pending": ao_standin.pending(), "keepalives": keepalives}))
 """)
 
@@ -145,4 +145,4 @@ def test_ao_ops_with_stand_ins(waits):
 def test_inductor_offloads_with_gradients_of_eager():
     err, plans = _step("torch-offload", "inductor")
     assert err < 1e-6
-    assert plans[0].details["transfers"] > 0
+    assert plans[0].transfers > 0

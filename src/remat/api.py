@@ -70,7 +70,7 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     - ``cache``: keep plans across runs (default True): a graph planned before with the same
       options is loaded from remat's plan cache (``$REMAT_CACHE_DIR``, default
       ``~/.cache/remat/plans``; ``REMAT_CACHE_DIR=off`` turns it off) instead of solved again;
-      ``plan.details["cache"]`` says ``"hit"`` or ``"miss"`` (:mod:`remat.plans.cache`).
+      ``plan.cache`` says ``"hit"`` or ``"miss"`` (:mod:`remat.plans.cache`).
     - ``verbose``: show each planning stage on the terminal (a rich status line).
     - ``outputs``: ``"kept"`` (default) when the caller holds the model's outputs (logits,
       caches) until the backward ends (``out = model(x); out.loss.backward()``), ``"dropped"``

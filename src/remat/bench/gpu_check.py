@@ -248,8 +248,8 @@ def plan_fields(plans: list, released: int | None = None) -> dict:
         return {}
     offloads, transfers, peak, seconds = 0, None, None, 0.0
     for p in plans:
-        if "transfers" in p.details:
-            transfers = (transfers or 0) + int(p.details["transfers"])
+        if p.transfers is not None:
+            transfers = (transfers or 0) + p.transfers
         with contextlib.suppress(Exception):
             offloads += sum(s.op == "offload" for s in p.schedule().statements)
         if p.sim is not None and p.graph is not None:

@@ -19,7 +19,7 @@ budget the user asked for is never dropped on the way:
 Each fallback warns once per graph and reason (:class:`~remat.errors.RematFallbackWarning`),
 for every model and budget, and where the graph could be judged, ``on_plan`` (and so
 :func:`remat.plan_all`) gets its plan, whose summary names the fallback and its reason
-(``plan.details["fallback"]``).
+(``plan.fallback``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def fall_back(part, backup, joint_inputs, kwargs: dict[str, Any], reason: str):
                     "(a fraction is a target; with a byte budget remat checks PyTorch's partition against it).")
     if plan is not None:
         part.step.planned(graph, plan.saved_activation_bytes, plan.peak_bytes)
-        part._report(plan.updated(details={"fallback": reason}))
+        part._report(plan.updated(fallback=reason))
     if part.step.fell_back(part.graph_name, reason):
         warnings.warn(f"remat could not plan graph {part.graph_name!r} ({reason}); PyTorch's own "
                       f"partitioner runs it.{kept} Pass strict=True to raise instead.",

@@ -224,7 +224,7 @@ class RematPartitioner(CustomPartitionerFn):
             saved = [s for s in torch_offload.saved_before_offload(bw) if s in graph]
             plan = Plan.from_saved_set(graph, saved, solver=self.options.solver,
                                        cost=float(cut_cost(graph, saved)),
-                                       details={"transfers": torch_offload.offload_transfers(fw)}).judge()
+                                       transfers=torch_offload.offload_transfers(fw)).judge()
             self._report(plan)
         return fw, bw
 

@@ -86,7 +86,9 @@ OFF = ("off", "0", "false", "no", "none")
 """Values of ``$REMAT_CACHE_DIR`` that turn the cache off."""
 
 _LIBRARIES = ("numpy", "scipy", "ortools", "highspy")
-_CACHE_FIELDS = ("cache", "cache_file", "cache_seconds", "cached_solve_seconds")
+_CACHE_FIELDS = ("cache", "cache_file")
+"""The plan's fields that say how it went through the cache: not stored."""
+_CACHE_DETAILS = ("cache_seconds", "cached_solve_seconds")
 
 
 class Uncacheable(ValueError):
@@ -394,7 +396,8 @@ class PlanCache:
         path = self.path(key)
         try:
             d = plan.to_dict()
-            d["details"] = {k: v for k, v in d.get("details", {}).items() if k not in _CACHE_FIELDS}
+            d["details"] = {k: v for k, v in d.get("details", {}).items() if k not in _CACHE_DETAILS}
+            d.update(dict.fromkeys(_CACHE_FIELDS))
             d["out_of_reach"] = None  # the entry's own record (out_of_reach=) says it
             entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,
                      "graph_hash": graph_hash(graph), "remat": _version("remat"),

@@ -39,14 +39,18 @@ from .schedule import Schedule, Statement, schedule_from_saved_set
 from .simulator import SimResult, simulate
 
 PLAN_FORMAT = "remat.plan"
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 """3: fissions, swaps and the link are fields of their own (version 2 kept them in
 ``details``); 4: so are the attempts (``tried``), ``out_of_reach``, ``instead_of`` and the
-time bound (``time_bound``: ``details["overhead"]`` and ``["within_overhead"]`` before).
-:meth:`Plan.from_dict` reads all three versions."""
-_READS = (2, 3, 4)
-_TYPED = ("fissions", "swaps", "link", "tried", "out_of_reach", "instead_of", "overhead", "within_overhead")
-"""The fields that rode in ``details`` before version 4 (the first three before 3)."""
+time bound (``time_bound``: ``details["overhead"]`` and ``["within_overhead"]`` before); 5:
+and what the layers around the solvers report, ``cache`` / ``cache_file``, ``fallback`` and
+``transfers`` (``details`` holds the solver's own diagnostics alone).
+:meth:`Plan.from_dict` reads all four versions."""
+_READS = (2, 3, 4, 5)
+_TYPED = ("fissions", "swaps", "link", "tried", "out_of_reach", "instead_of", "overhead", "within_overhead",
+          "cache", "cache_file", "fallback", "transfers")
+"""The fields that rode in ``details`` before version 5 (the first three before 3, the last
+four before 5)."""
 
 
 class Decision(str, Enum):
@@ -190,6 +194,11 @@ class Plan:
     that met the budget where the step planner runs ``"min"``'s plan in its place);
     ``time_bound`` (a :class:`~remat.plans.outcome.TimeBound`: the slowdown bound a
     least-memory plan was chosen within, and whether it keeps it).
+    What the layers around the solver did: ``cache`` (``"hit"``, ``"miss"`` or ``"off"``: the
+    plan cache, :mod:`remat.plans.cache`; None where the plan did not pass through it) and
+    ``cache_file`` (its entry); ``fallback`` (why remat could not plan the graph, where PyTorch's
+    partitioner ran instead: :mod:`remat.lower.fallback`); ``transfers`` (the copies to host
+    memory a forward of PyTorch's offloading makes: the ``torch-offload`` solver).
 
     A plan is frozen once made: its fields, options, details, decisions and bans are
     read-only; :meth:`judge` and :meth:`updated` make new plans, and the layers above report on
@@ -229,6 +238,10 @@ class Plan:
     out_of_reach: OutOfReach | None = None
     instead_of: str | None = None
     time_bound: TimeBound | None = None
+    cache: str | None = None
+    cache_file: str | None = None
+    fallback: str | None = None
+    transfers: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
     graph: Graph | None = field(default=None, repr=False)
     sim: SimResult | None = field(default=None, repr=False)
@@ -255,6 +268,13 @@ class Plan:
         if bound is None and isinstance(legacy.get("overhead"), Mapping):
             bound = {**legacy["overhead"], "met": legacy.get("within_overhead", True)}
         self.time_bound = None if bound is None else TimeBound.from_dict(bound)
+        for name in ("cache", "cache_file", "fallback"):
+            if getattr(self, name) is None and legacy.get(name) is not None:
+                setattr(self, name, str(legacy[name]))
+        if self.cache not in (None, "hit", "miss", "off"):
+            raise ValueError(f"plan cache {self.cache!r} must be 'hit', 'miss', 'off' or None")
+        transfers = self.transfers if self.transfers is not None else legacy.get("transfers")
+        self.transfers = None if transfers is None else int(transfers)
         for name in ("options", "details", "decisions", "banned"):  # read-only from here on
             value = getattr(self, name)
             object.__setattr__(self, name, value if isinstance(value, _Sealed) else _Sealed(value))
@@ -392,7 +412,11 @@ class Plan:
         if options:
             changes["options"] = {**self.options, **options}
         if details:
-            changes["details"] = {**self.details, **details}
+            own = {f.name for f in fields(self)}  # a key that is a field now (_TYPED) sets the field
+            changes.update((k, v) for k, v in details.items() if k in _TYPED and k in own)
+            details = {k: v for k, v in details.items() if not (k in _TYPED and k in own)}
+            if details:
+                changes["details"] = {**self.details, **details}
         return dataclasses.replace(self, **changes)
 
     def on_graph(self, graph: Graph) -> "Plan":
@@ -511,9 +535,9 @@ class Plan:
         head = (f"remat plan for {self.graph_name!r}" + (f" ({nodes} nodes)" if nodes else "")
                 + f": {self.solver}" + (f" ({opts})" if opts else "") + f", {self.status}")
         lines = [head]
-        if self.details.get("fallback"):
+        if self.fallback:
             lines.append(f"  fell back to PyTorch's partitioner: remat could not plan this graph "
-                         f"({self.details['fallback']})")
+                         f"({self.fallback})")
         if self.message:
             lines.append(f"  {self.message}")
         facts = []

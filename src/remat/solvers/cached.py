@@ -4,10 +4,10 @@
 >>> import tempfile
 >>> from remat.graph.examples import cos_cos_graph
 >>> d = tempfile.mkdtemp()
->>> cached_solve(cos_cos_graph(), "mincut-aggressive", cache=d).details["cache"]
+>>> cached_solve(cos_cos_graph(), "mincut-aggressive", cache=d).cache
 'miss'
 >>> p = cached_solve(cos_cos_graph(), "mincut-aggressive", cache=d)
->>> p.details["cache"], p.saved_names, p.feasible
+>>> p.cache, p.saved_names, p.feasible
 ('hit', ['add_2'], True)
 >>> import shutil; shutil.rmtree(d)
 """
@@ -39,7 +39,7 @@ def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget
     options is loaded and judged by the simulator as a fresh one would be; otherwise the
     solver runs and its plan is stored. ``solver`` may be a
     :class:`~remat.solvers.request.Request` (the settings checked once, upstream) instead of a
-    name and settings. ``plan.details["cache"]`` says ``"hit"`` or
+    name and settings. ``plan.cache`` says ``"hit"`` or
     ``"miss"`` (``"off"`` without a cache); on a hit ``solve_seconds`` is the time the lookup
     took and ``details["cached_solve_seconds"]`` the original solve's. An infeasible budget
     raises as :func:`~remat.solvers.solve` does and nothing is stored, unless
@@ -75,13 +75,12 @@ def cached_solve(graph: Graph, solver: str | Request = "auto", *, budget: Budget
         reach = OutOfReach(str(e), e.smallest_feasible)
         plan = on_infeasible(e)  # raises where the budget is refused
     if key is None:
-        return _reached(plan.updated(details={"cache": "off"}), reach)
+        return _reached(plan.updated(cache="off", cache_file=None), reach)
     path = None
     if plan.feasible and plan.statements is not None:
         path = store.put(key, plan, graph, planned_for=record,
                          out_of_reach=None if reach is None else reach.to_dict())
-    return _reached(plan.updated(details={**({} if path is None else {"cache_file": str(path)}),
-                                          "cache": "miss"}), reach)
+    return _reached(plan.updated(cache="miss", cache_file=None if path is None else str(path)), reach)
 
 
 def _reached(plan: Plan, reach: OutOfReach | None) -> Plan:
@@ -103,9 +102,8 @@ def _hit(graph: Graph, req: Request, store: PlanCache, key: str, cm: CostModel, 
         limit = limit if req.bounded else plan.peak_bytes
         report = {"budget": limit, "options": {"budget": req.budget.text, "budget_bytes": asked,
                                                "planned_bytes": limit}}
-    return plan.updated(solve_seconds=time.perf_counter() - t0, **report,
-                        details={"cached_solve_seconds": plan.solve_seconds, "cache": "hit",
-                                 "cache_file": str(store.path(key))})
+    return plan.updated(solve_seconds=time.perf_counter() - t0, **report, cache="hit",
+                        cache_file=str(store.path(key)), details={"cached_solve_seconds": plan.solve_seconds})
 
 
 __all__ = ["cached_solve"]
