@@ -27,7 +27,7 @@ from ..capture.to_graph import graph_from_joint
 from ..cost.model import default_cost_model
 from ..errors import InfeasibleBudgetError, PlanError, RematError, RematOffloadWarning, UnsupportedGraphError
 from ..graph.graph import gc_paused
-from ..plans.budget import REFERENCE_SAVED, format_bytes
+from ..plans.budget import REFERENCE_OF, REFERENCE_SAVED, format_bytes, reference_figures
 from ..plans.cache import source_hash
 from ..plans.plan import Plan
 from ..solvers import info
@@ -202,6 +202,8 @@ class RematPartitioner(CustomPartitionerFn):
         with functorch_config.patch(cse=False):  # CSE would merge parts that read only shared inputs
             split = tc.prepare_joint(fission_joint(joint.gm, fissions), num_fwd_outputs, static)
         graph = self._capture(split, reference)
+        if plan.graph is not None:  # the step's reference is the unsplit graph's (REFERENCE_OF)
+            graph.meta[REFERENCE_OF] = reference_figures(plan.graph)
         again = plan.on_graph(graph).judge(plan.budget, default_cost_model(graph))
         if again.status == "invalid":
             raise PlanError(f"the plan's fissions do not replay on the captured graph: {again.message}")

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 
 from ..cost.model import constant_bytes, default_cost_model
+from ..cost.transfer import link_for_graph
 from ..errors import BudgetError
 from ..graph.graph import Graph
 from .saved_set import backward_work
@@ -156,6 +157,39 @@ REFERENCE_SAVED = "reference_saved"
 reference of a fractional budget."""
 
 
+REFERENCE_OF = "reference_of"
+"""``graph.meta[REFERENCE_OF]``: the reference of the graph this one was split from
+(:func:`remat.transforms.fission.apply_fissions`, or the partitioner's capture with a plan's
+fissions unrolled), as :func:`reference_figures` records it. A split graph is the same step:
+its reference is the unsplit graph's. Its own would be PyTorch's partition with the split
+values' names gone (a LoRA Llama's ``"min"`` plan then read 0.588 of its reference, where it
+measured 0.458 of plain torch.compile's peak and its peak was predicted to the byte)."""
+
+
+def reference_figures(g: Graph) -> dict:
+    """What a graph split from ``g`` records as its reference (:data:`REFERENCE_OF`): the
+    reference's ``peak_bytes``, ``name`` and predicted ``seconds`` (the default cost model and
+    the graph's link), ``g``'s own record where it was split itself."""
+    recorded = (g.meta or {}).get(REFERENCE_OF)
+    if recorded is not None:
+        return dict(recorded)
+    saved = reference_saved(g)
+    key = ("reference_figures", default_cost_model(g), None if saved is None else tuple(saved))
+    return dict(g._derived(key, lambda g: {"peak_bytes": reference_peak(g), "name": reference_name(g),
+                                           "seconds": reference_step_seconds(g)}))
+
+
+def reference_step_seconds(g: Graph, cm=None, link=None) -> float:
+    """The reference step's predicted seconds (:func:`reference_schedule` simulated with ``cm``,
+    the graph's default cost model if None, over ``link``, the graph's if None); the recorded
+    figure on a split graph (:data:`REFERENCE_OF`)."""
+    recorded = (g.meta or {}).get(REFERENCE_OF)
+    if recorded is not None and recorded.get("seconds") is not None:
+        return float(recorded["seconds"])
+    cm = cm or default_cost_model(g)
+    return simulate(reference_schedule(g), cm, link=link or link_for_graph(g, cm), timeline=False).predicted_seconds
+
+
 def reference_saved(g: Graph) -> list[str] | None:
     """The reference saved set capture recorded for ``g`` (plain torch.compile's; names in
     ``g``), or None.
@@ -204,6 +238,9 @@ def _reference(g: Graph):
 def reference_name(g: Graph) -> str:
     """The plan :func:`reference_peak` simulates: ``"torch.compile"`` (PyTorch's own
     partition) or ``"checkpoint-all"``."""
+    recorded = (g.meta or {}).get(REFERENCE_OF)
+    if recorded is not None:
+        return str(recorded["name"])
     return "torch.compile" if reference_saved(g) is not None else "checkpoint-all"
 
 
@@ -212,7 +249,11 @@ def reference_peak(g: Graph) -> int:
     (``min_cut_rematerialization_partition`` at its defaults, whose saved set capture records
     in ``g.meta``), as plain ``torch.compile`` runs it: what a user measures without remat.
     Otherwise every value computed once, in the staged order the budgeted solvers schedule
-    in, and kept until its last reader (seeds/001's checkpoint-all)."""
+    in, and kept until its last reader (seeds/001's checkpoint-all). A split graph's is the
+    unsplit graph's (:data:`REFERENCE_OF`)."""
+    recorded = (g.meta or {}).get(REFERENCE_OF)
+    if recorded is not None:
+        return int(recorded["peak_bytes"])
     return int(_reference(g).peak_bytes)
 
 

@@ -40,6 +40,7 @@ from ..errors import PlanError
 from ..graph.dims import Component, axis_length, links
 from ..graph.fission import MEAN, MERGED, SUM, Fission, part_name, part_op, slice_name, sum_name
 from ..graph.graph import Graph, Node
+from ..plans.budget import REFERENCE_OF, reference_figures
 
 MAX_PARTS = 16
 """The most parts a fission runs as (the lowering unrolls them)."""
@@ -206,6 +207,7 @@ def apply_fissions(g: Graph, fissions: Sequence[Fission]) -> Graph:
         nodes = _unrolled(g, nodes, f)
     meta = dict(g.meta)
     meta["fissions"] = [f.to_dict() for f in enabled]
+    meta[REFERENCE_OF] = reference_figures(g)  # the step's reference is the unsplit graph's
     return Graph(nodes, name=g.name, meta=meta)
 
 

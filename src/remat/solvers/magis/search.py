@@ -52,7 +52,7 @@ from ...cost.model import CostModel, default_cost_model
 from ...cost.transfer import Link, link_for_graph, offload_allowed
 from ...errors import OptionError, PlanError, RematError
 from ...graph.graph import Graph
-from ...plans.budget import reference_saved, reference_schedule
+from ...plans.budget import reference_saved, reference_step_seconds
 from ...plans.outcome import Attempt, TimeBound
 from ...plans.plan import Plan
 from ...plans.saved_set import backward_work
@@ -331,8 +331,7 @@ def check_overhead(max_overhead: float | None) -> None:
 def reference_seconds(g: Graph, cm: CostModel, link: Link | None = None) -> float:
     """The predicted step time overheads are shares of: the reference schedule's
     (:func:`remat.plans.budget.reference_schedule`, what plain ``torch.compile`` runs)."""
-    return simulate(reference_schedule(g), cm, link=link or link_for_graph(g, cm),
-                    timeline=False).predicted_seconds
+    return reference_step_seconds(g, cm, link)
 
 
 def least_within(g: Graph, overhead: float, cm: CostModel, clock: Deadline, *,
