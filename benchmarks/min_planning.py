@@ -2,7 +2,7 @@
 captured graphs of ``remat.zoo.trials.budget_case``'s models, planned for the eager compiler
 (staged schedules allowed) and for inductor (saved sets only). Peaks are shares of the
 reference's (:func:`remat.plans.budget.reference_peak`: plain torch.compile's partition),
-predicted times multiples of its (:func:`remat.solvers.magis.search.reference_seconds`).
+predicted times multiples of its (:func:`remat.plans.budget.reference_seconds`).
 ``--states 25,50,...`` plans ``min`` again with the search held to that many states per graph
 (``SEARCH_WORK`` = states x nodes), how :data:`remat.solvers.magis.search.SEARCH_WORK` was
 chosen.
@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import remat  # noqa: E402
 from remat.bench import harness  # noqa: E402
 from remat.cost.model import default_cost_model  # noqa: E402
-from remat.plans.budget import reference_peak  # noqa: E402
+from remat.plans.budget import reference_peak, reference_seconds  # noqa: E402
 from remat.solvers import solve  # noqa: E402
 from remat.solvers.magis import search  # noqa: E402
 from remat.zoo.trials import budget_case  # noqa: E402
@@ -50,7 +50,7 @@ def run(args) -> list[dict]:
         for compiler in args.compilers.split(","):
             g = remat.plan(case.model, *case.inputs, solver="mincut-conservative", cache=False,
                            for_compiler=compiler).graph
-            ref_peak, ref_s = reference_peak(g), search.reference_seconds(g, default_cost_model(g))
+            ref_peak, ref_s = reference_peak(g), reference_seconds(g, default_cost_model(g))
             asks = dict(ASKS)
             for k in filter(None, args.states.split(",")):
                 asks[f"min, {k} states"] = {"budget": "min", "states": int(k)}

@@ -14,7 +14,7 @@ from remat.bench.measure import peak_memory
 from remat.errors import InfeasibleBudgetError, RematBudgetWarning
 from remat.graph.graph import Graph
 from remat.plans.budget import (REFERENCE_OF, REFERENCE_SAVED, activation_bytes, reference_name, reference_peak,
-                                 reference_step_seconds, resident_bytes)
+                                 reference_seconds, resident_bytes)
 from remat.zoo.mlp import MLPNet
 
 PLAIN = "aot_eager_decomp_partition"
@@ -169,7 +169,7 @@ def test_a_split_graph_is_judged_against_the_unsplit_step():
     assert REFERENCE_OF in split.meta and len(split) > len(whole)
     assert (reference_peak(split), reference_name(split)) == (reference_peak(whole), "torch.compile")
     assert activation_bytes(split) == activation_bytes(whole)
-    assert reference_step_seconds(split) == pytest.approx(reference_step_seconds(whole))
+    assert reference_seconds(split) == pytest.approx(reference_seconds(whole))
     # what the split graph's own partition would have been: another figure, which the old code read
     own = Graph(split.nodes, name=split.name, meta={k: v for k, v in split.meta.items() if k != REFERENCE_OF})
     assert reference_peak(own) != reference_peak(whole)

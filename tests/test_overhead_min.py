@@ -12,7 +12,7 @@ from remat.errors import OptionError
 from remat.graph.synthetic import synthetic_joint_graph
 from remat.solvers import solve
 from remat.solvers.auto import MIN_OVERHEAD
-from remat.solvers.magis.search import reference_seconds
+from remat.plans.budget import reference_seconds
 from remat.solvers.portfolio import STAGED_BASELINES, STAGED_PENALTY, bounded_seconds
 
 from test_fission import mlp_graph

@@ -69,7 +69,7 @@ def test_max_overhead_asks_for_the_least_memory_within_that_time():
     reference step (plain torch.compile's partition), never more than the plan without a
     budget; with a budget in bytes or a fraction it is refused, with "min" it bounds min."""
     from remat.cost.model import default_cost_model
-    from remat.solvers.magis.search import reference_seconds
+    from remat.plans.budget import reference_seconds
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8))

@@ -18,7 +18,7 @@ from remat.graph.examples import cos_cos_graph
 from remat.plans.budget import Budget
 from remat.solvers import solve
 from remat.solvers.auto import MIN_OVERHEAD
-from remat.solvers.magis.search import reference_seconds
+from remat.plans.budget import reference_seconds
 from remat.solvers.portfolio import CLEARLY_FASTER, SAVED_SET_SOLVERS, STAGED_PENALTY, bounded_seconds
 from remat.solvers.registry import request
 from remat.step.planner import StepPlanner, out_of_reach

@@ -439,7 +439,7 @@ def predicted_time(plans: list) -> float | None:
     reference schedule of each graph), summed over graphs; a staged schedule's time counted with
     its penalty, as the planner bounds it (:func:`remat.solvers.portfolio.bounded_seconds`)."""
     from remat.cost.model import default_cost_model
-    from remat.solvers.magis.search import reference_seconds
+    from remat.plans.budget import reference_seconds
     from remat.solvers.portfolio import bounded_seconds
 
     if not plans or any(p.graph is None or p.predicted_seconds is None for p in plans):

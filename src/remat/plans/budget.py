@@ -166,24 +166,30 @@ values' names gone (a LoRA Llama's ``"min"`` plan then read 0.588 of its referen
 measured 0.458 of plain torch.compile's peak and its peak was predicted to the byte)."""
 
 
+def _recorded(g: Graph) -> dict | None:
+    """The reference a split graph records (:data:`REFERENCE_OF`), which every reader of the
+    reference (peak, name, seconds) takes instead of the graph's own; None on other graphs."""
+    return (g.meta or {}).get(REFERENCE_OF)
+
+
 def reference_figures(g: Graph) -> dict:
     """What a graph split from ``g`` records as its reference (:data:`REFERENCE_OF`): the
     reference's ``peak_bytes``, ``name`` and predicted ``seconds`` (the default cost model and
     the graph's link), ``g``'s own record where it was split itself."""
-    recorded = (g.meta or {}).get(REFERENCE_OF)
+    recorded = _recorded(g)
     if recorded is not None:
         return dict(recorded)
     saved = reference_saved(g)
     key = ("reference_figures", default_cost_model(g), None if saved is None else tuple(saved))
     return dict(g._derived(key, lambda g: {"peak_bytes": reference_peak(g), "name": reference_name(g),
-                                           "seconds": reference_step_seconds(g)}))
+                                           "seconds": reference_seconds(g)}))
 
 
-def reference_step_seconds(g: Graph, cm=None, link=None) -> float:
+def reference_seconds(g: Graph, cm=None, link=None) -> float:
     """The reference step's predicted seconds (:func:`reference_schedule` simulated with ``cm``,
     the graph's default cost model if None, over ``link``, the graph's if None); the recorded
-    figure on a split graph (:data:`REFERENCE_OF`)."""
-    recorded = (g.meta or {}).get(REFERENCE_OF)
+    figure on a split graph (:data:`REFERENCE_OF`), whatever ``cm``."""
+    recorded = _recorded(g)
     if recorded is not None and recorded.get("seconds") is not None:
         return float(recorded["seconds"])
     cm = cm or default_cost_model(g)
@@ -238,7 +244,7 @@ def _reference(g: Graph):
 def reference_name(g: Graph) -> str:
     """The plan :func:`reference_peak` simulates: ``"torch.compile"`` (PyTorch's own
     partition) or ``"checkpoint-all"``."""
-    recorded = (g.meta or {}).get(REFERENCE_OF)
+    recorded = _recorded(g)
     if recorded is not None:
         return str(recorded["name"])
     return "torch.compile" if reference_saved(g) is not None else "checkpoint-all"
@@ -251,7 +257,7 @@ def reference_peak(g: Graph) -> int:
     Otherwise every value computed once, in the staged order the budgeted solvers schedule
     in, and kept until its last reader (seeds/001's checkpoint-all). A split graph's is the
     unsplit graph's (:data:`REFERENCE_OF`)."""
-    recorded = (g.meta or {}).get(REFERENCE_OF)
+    recorded = _recorded(g)
     if recorded is not None:
         return int(recorded["peak_bytes"])
     return int(_reference(g).peak_bytes)

@@ -38,7 +38,8 @@ from ..errors import OptionError
 from ..graph.graph import Graph
 from ..plans.plan import Plan
 from .deadline import Deadline
-from .magis.search import check_overhead, has_dimensions, least_within, reference_seconds, refine
+from ..plans.budget import reference_seconds
+from .magis.search import check_overhead, has_dimensions, least_within, refine
 from .portfolio import portfolio
 
 AUTO_SEARCH_SHARE = 1 / 6
@@ -63,7 +64,7 @@ the plan without a budget's step (predicted 1.12x) at 0.66 of its peak."""
 
 def min_seconds(g: Graph, cm: CostModel | None = None) -> float:
     """``"min"``'s time bound on ``g``: ``1 + MIN_OVERHEAD`` times the reference step's predicted
-    seconds (:func:`~remat.solvers.magis.search.reference_seconds`). Raises where ``g`` has no
+    seconds (:func:`~remat.plans.budget.reference_seconds`). Raises where ``g`` has no
     reference partition recorded."""
     return (1 + MIN_OVERHEAD) * reference_seconds(g, cm or default_cost_model(g))
 

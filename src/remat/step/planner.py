@@ -40,14 +40,13 @@ from ..cost.transfer import offload_allowed
 from ..errors import (InfeasibleBudgetError, RematBudgetWarning, RematError, RematFallbackWarning,
                       RematOffloadWarning, UnsupportedGraphError)
 from ..graph.graph import Graph
-from ..plans.budget import TORCH_HEADROOM, Budget, format_bytes
+from ..plans.budget import TORCH_HEADROOM, Budget, format_bytes, reference_seconds
 from ..plans.outcome import OutOfReach
 from ..plans.plan import Plan
 from ..solvers import info
 from ..solvers.auto import MIN_OVERHEAD, min_seconds
 from ..solvers.cached import cached_solve
 from ..solvers.feasible import staged_schedules_run_as_planned
-from ..solvers.magis.search import reference_seconds
 from ..solvers.portfolio import bounded_seconds, is_staged
 from ..solvers.progress import delayed, shown  # delayed: stages on stderr once planning takes > 2 s
 from ..solvers.request import Request

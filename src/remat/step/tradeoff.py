@@ -32,11 +32,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..cost.model import CostModel, default_cost_model
 from ..errors import InfeasibleBudgetError, OptionError, RematError
 from ..graph.graph import Graph
-from ..plans.budget import (Budget, activation_bytes, format_bytes, reference_name, reference_peak,
+from ..plans.budget import (Budget, activation_bytes, format_bytes, reference_name, reference_peak, reference_seconds,
                             resident_bytes)
 from ..plans.plan import Plan
 from ..solvers.auto import MIN_OVERHEAD, min_seconds
-from ..solvers.magis.search import check_overhead, reference_seconds
+from ..solvers.magis.search import check_overhead
 from ..solvers.portfolio import STAGED_PENALTY, bounded_seconds
 from ..solvers.progress import report
 from ..solvers.registry import info, on_a_graph, solve

@@ -14,7 +14,7 @@ a link whose copies run beside compute, swap one out; and their inverses (save a
 recomputed value that costs most, drop a swap). Best-first: states are compared
 lexicographically with the limit (``BetterThan``): under a memory budget M,
 ``(max(mem, M), time)``; under a time limit T (``max_overhead``: T = (1 + max_overhead) x the
-reference step's time, :func:`reference_seconds`), ``(max(time, T), mem)``, and with a memory
+reference step's time, :func:`remat.plans.budget.reference_seconds`), ``(max(time, T), mem)``, and with a memory
 cap C (the plan without a budget's peak, :func:`least_within`) ``(max(mem, C), max(time, T),
 mem)``. A child is kept in the queue when it is
 better than the best so far with both its measures relaxed by :data:`DELTA` (1.1). A state
@@ -52,7 +52,7 @@ from ...cost.model import CostModel, default_cost_model
 from ...cost.transfer import Link, link_for_graph, offload_allowed
 from ...errors import OptionError, PlanError, RematError
 from ...graph.graph import Graph
-from ...plans.budget import reference_saved, reference_step_seconds
+from ...plans.budget import reference_saved, reference_seconds
 from ...plans.outcome import Attempt, TimeBound
 from ...plans.plan import Plan
 from ...plans.saved_set import backward_work
@@ -328,17 +328,11 @@ def check_overhead(max_overhead: float | None) -> None:
                           ">= 0, such as 0.10 for 10% more time")
 
 
-def reference_seconds(g: Graph, cm: CostModel, link: Link | None = None) -> float:
-    """The predicted step time overheads are shares of: the reference schedule's
-    (:func:`remat.plans.budget.reference_schedule`, what plain ``torch.compile`` runs)."""
-    return reference_step_seconds(g, cm, link)
-
-
 def least_within(g: Graph, overhead: float, cm: CostModel, clock: Deadline, *,
                  link: Link | None = None, iterations: int | None = None, fission: bool = True,
                  search: bool = True, share: float = SEARCH_SHARE) -> Plan:
     """The least memory within ``overhead`` more predicted step time than the reference
-    (:func:`reference_seconds`), never more memory than the plan without a budget (the
+    (:func:`~remat.plans.budget.reference_seconds`), never more memory than the plan without a budget (the
     conservative min cut), by prediction: the starting plans for the least memory with that
     bound (:func:`remat.solvers.portfolio.portfolio`, ``within``), then, with ``search``, the
     search in time mode from the best of them and the plan without a budget, that plan's peak
