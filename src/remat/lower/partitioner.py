@@ -85,10 +85,10 @@ class RematPartitioner(CustomPartitionerFn):
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any):
         # The cyclic collector paused while remat partitions: the heap here is the whole
-        # compile's (~0.8M objects at a depth-32 Llama), and each full collection scans it
-        # (0.5-0.7 s each, 5 of them inside the partitioner). Paused, the depth-32 partition
-        # took 11.9-13.7 s where it took 14.9-17.5 s, at +74 MB peak RSS (the garbage is
-        # collected once the compile goes on): BENCHMARKS.md, "The collector paused".
+        # compile's, and each full collection scans it (5-6 of them, 3.4-4.4 s, inside a
+        # depth-32 Llama's partition). Paused, that partition took 14.2-15.0 s where it took
+        # 17.7-18.8 s, at 79 MB more peak RSS (the garbage waits for the next collection after
+        # it): benchmarks/gc_pause.py, BENCHMARKS.md "The collector paused".
         with gc_paused():
             return self._partition(gm, joint_inputs, **kwargs)
 
