@@ -12,18 +12,18 @@ first call, remat's partition (``partition_s``) and its reference / solve parts,
 
     python benchmarks/gc_pause.py                       # depths 16 and 32, "remat min" and "remat 0.5"
     python benchmarks/gc_pause.py --depths 32 --methods "remat min"
+
+Rows: ``benchmarks/results/gc_pause.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from remat.bench import harness
 
 CHILD = """
 import contextlib, gc, json, time, torch
@@ -65,9 +65,7 @@ COLUMNS = ("depth", "method", "mode", "first_s", "partition_s", "reference_s", "
 
 
 def one(depth: int, method: str, mode: str) -> dict:
-    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "REMAT_CACHE_DIR": "off",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
-                                          os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "REMAT_CACHE_DIR": "off"}
     out = subprocess.run([sys.executable, "-c", CHILD.format(depth=depth, method=method, mode=mode)],
                          capture_output=True, text=True, env=env)
     rows = [line[4:] for line in out.stdout.splitlines() if line.startswith("ROW ")]
@@ -76,20 +74,24 @@ def one(depth: int, method: str, mode: str) -> dict:
     return json.loads(rows[-1])
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--depths", default="16,32")
-    ap.add_argument("--methods", default="remat min,remat 0.5")
-    a = ap.parse_args(argv)
-    print("| " + " | ".join(COLUMNS) + " |")
-    print("|" + "---|" * len(COLUMNS))
-    for depth in (int(d) for d in a.depths.split(",")):
-        for method in (m.strip() for m in a.methods.split(",")):
+def arguments(ap) -> None:
+    ap.add_argument("--depths", default="16,32", help="Llama depths, comma-separated")
+    ap.add_argument("--methods", default="remat min,remat 0.5", help="methods of remat.bench.first_call.METHODS")
+
+
+def run(args):
+    rows = []
+    for depth in (int(d) for d in args.depths.split(",")):
+        for method in (m.strip() for m in args.methods.split(",")):
             for mode in ("running", "paused"):  # one after the other, so load hits both alike
-                r = one(depth, method, mode)
-                print("| " + " | ".join(str(r.get(c, r.get("status", "-") if c == "first_s" else "-"))
-                                         for c in COLUMNS) + " |", flush=True)
-    return 0
+                rows.append(one(depth, method, mode))
+                print(harness.markdown_table(rows[-1:], COLUMNS), flush=True)
+    print(harness.markdown_table(rows, COLUMNS))
+    return harness.Result(rows, {}, COLUMNS, printed=True)
+
+
+def main(argv=None) -> int:
+    return harness.main(__file__, run, arguments, argv, doc=__doc__, columns=COLUMNS)
 
 
 if __name__ == "__main__":
