@@ -85,9 +85,9 @@ class RematPartitioner(CustomPartitionerFn):
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any):
         # The cyclic collector paused while remat partitions: the heap here is the whole
-        # compile's, and each full collection scans it (5-6 of them, 3.4-4.4 s, inside a
-        # depth-32 Llama's partition). Paused, that partition took 14.2-15.0 s where it took
-        # 17.7-18.8 s, at 79 MB more peak RSS (the garbage waits for the next collection after
+        # compile's, and each full collection scans it (5-6 of them, 3.8-4.3 s, inside a
+        # depth-32 Llama's partition). Paused, that partition took 13.0-14.5 s where it took
+        # 19.1 s, at 71-75 MB more peak RSS (the garbage waits for the next collection after
         # it): benchmarks/gc_pause.py, BENCHMARKS.md "The collector paused".
         with gc_paused():
             return self._partition(gm, joint_inputs, **kwargs)
