@@ -30,6 +30,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -204,13 +205,13 @@ def _moved_curve(device: str, timer, target: float, fixed: float, large: int, ba
         pool = [torch.ones(size // 4, device=device) for _ in range(max(2, COLD_BYTES // size))]
         turn = iter(range(1 << 62))
 
-        def mul():
+        def mul(pool=pool, turn=turn):
             k = next(turn) % (len(pool) - 1)
             torch.ops.aten.mul.Tensor(pool[k], pool[k + 1])
 
         t = _per_call(mul, timer, target)
         points.append((3.0 * size, 3.0 * size / max(t - fixed, 0.1 * t)))
-        pool = None
+        pool = mul = None
     if not points:
         return ()
     out, best = [], 0.0
@@ -220,32 +221,44 @@ def _moved_curve(device: str, timer, target: float, fixed: float, large: int, ba
     return tuple(reversed(out))
 
 
-@functools.cache
-def cpu_profile() -> DeviceProfile:
-    """This CPU's per-op fixed cost, fp32 matmul curve (16^3 to 1024^3; ``peak_flops`` the
-    largest's), convolution curve, pointwise transfer curve and copy bandwidth (64 MiB copy),
-    at torch's current thread count (about 3 s). Cached per process."""
-    return _measure("cpu", 1024, 64 << 20)
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _torch_dtype(dtype: str | None):
+    import torch
+
+    return None if dtype is None else getattr(torch, _DTYPES.get(dtype, dtype))
 
 
 @functools.cache
-def cuda_profile(device: str = "cuda") -> DeviceProfile:
-    """The GPU's per-kernel launch time, matmul curve (64^3 to 4096^3 in fp32 at torch's
-    current matmul precision), convolution curve, transfer curve and copy bandwidth (512 MiB
-    copy), timed with CUDA events. Cached per process and device."""
+def cpu_profile(dtype: str | None = None) -> DeviceProfile:
+    """This CPU's per-op fixed cost, matmul curve (16^3 to 1024^3 in ``dtype``: ``"bf16"``,
+    ``"fp16"``, ``"fp32"``, default float32; ``peak_flops`` the largest's), convolution curve,
+    pointwise transfer curve and copy bandwidth (64 MiB copy), at torch's current thread count
+    (about 3 s). Cached per process."""
+    return _measure("cpu", 1024, 64 << 20, _torch_dtype(dtype))
+
+
+@functools.cache
+def cuda_profile(device: str = "cuda", dtype: str | None = None) -> DeviceProfile:
+    """The GPU's per-kernel launch time, matmul curve (64^3 to 4096^3 in ``dtype``, default
+    float32 at torch's current matmul precision), convolution curve, transfer curve, copy
+    bandwidth (512 MiB copy) and memory, timed with CUDA events. Cached per process and device."""
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("cuda_profile() needs a CUDA GPU; use cpu_profile() on this machine")
     with torch.cuda.device(torch.device(device)):
-        return _measure(device, 4096, 512 << 20)
+        p = _measure(device, 4096, 512 << 20, _torch_dtype(dtype))
+    return dataclasses.replace(p, memory=int(torch.cuda.get_device_properties(torch.device(device)).total_memory))
 
 
-def profile_for(device) -> DeviceProfile:
-    """The measured profile of ``device`` ("cpu", "cuda", "cuda:1", ...)."""
+def profile_for(device, dtype: str | None = None) -> DeviceProfile:
+    """The measured profile of ``device`` ("cpu", "cuda", "cuda:1", ...), its matmuls timed in
+    ``dtype`` (``"bf16"``, ``"fp16"``, ``"fp32"``; default float32)."""
     device = str(device)
     if device.startswith("cuda"):
-        return cuda_profile(device)
+        return cuda_profile(device) if dtype is None else cuda_profile(device, dtype)
     if device == "cpu":
-        return cpu_profile()
+        return cpu_profile() if dtype is None else cpu_profile(dtype)
     raise ValueError(f"cannot calibrate device {device!r}; use 'cpu' or 'cuda'")

@@ -30,9 +30,10 @@ The device numbers are settings: :func:`remat.cost.calibrate.cpu_profile` measur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import itertools
 import math
+import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,7 +60,8 @@ class DeviceProfile:
     ``bandwidth``, a large copy's; the additive view reads it, empty: ``bandwidth``);
     ``element_seconds``: the arithmetic of a pointwise or reduction op per element it
     computes or reduces (an ``erf``'s, an ``exp``'s: work the graph counts no FLOPs for; 0:
-    none, the default profiles' setting, which planning uses)."""
+    none, the default profiles' setting, which planning uses); ``memory``: bytes of device
+    memory (None: not known, as for a CPU, whose memory is the host's)."""
 
     name: str
     peak_flops: float
@@ -72,6 +74,7 @@ class DeviceProfile:
     conv_curve: Curve = ()
     bandwidth_curve: Curve = ()
     element_seconds: float = 0.0
+    memory: int | None = None
 
     @property
     def op_fixed(self) -> float:
@@ -128,7 +131,7 @@ def curve_rate(curve: Curve, flops: float) -> float:
     if flops >= curve[-1][0]:
         return float(curve[-1][1])
     x = math.log(flops)
-    for (f0, r0), (f1, r1) in zip(curve, curve[1:]):
+    for (f0, r0), (f1, r1) in itertools.pairwise(curve):
         if flops <= f1:
             t = (x - math.log(f0)) / (math.log(f1) - math.log(f0))
             return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
@@ -190,9 +193,10 @@ def shaped(peak: float, shape) -> Curve:
     return tuple((float(f), float(share) * peak) for f, share in shape)
 
 
-def _gpu(name: str, peak: float, bandwidth: float) -> DeviceProfile:
+def _gpu(name: str, peak: float, bandwidth: float, memory: int | None = None) -> DeviceProfile:
     # a kernel's launch and dispatch: about 5 us from PyTorch; op by op the same
-    return DeviceProfile(name, peak, bandwidth, 5e-6, matmul_curve=shaped(peak, GPU_MATMUL_SHAPE))
+    return DeviceProfile(name, peak, bandwidth, 5e-6, matmul_curve=shaped(peak, GPU_MATMUL_SHAPE),
+                         memory=memory)
 
 
 PROFILES = {
@@ -212,22 +216,95 @@ PROFILES = {
                          matmul_curve=shaped(50e9, CPU_MATMUL_SHAPE), bandwidth_curve=CPU_MOVED),
 }
 
-GPU_PROFILES = {
-    # (GPU name contains, training dtype) -> profile: datasheet dense matmul rates (bf16/fp16 on
-    # tensor cores; float32 without TF32, PyTorch's default) and HBM bandwidth, taken down to
-    # what large kernels reach (about 80% of the matmul rate, 90% of the bandwidth: an H100
-    # measured 798 TFLOP/s bf16 and 3.0 TB/s here, an H200 788 TFLOP/s and 4.3 TB/s); 5 us a
-    # kernel; small matmuls at GPU_MATMUL_SHAPE's share of the peak (an estimate: on a GPU,
-    # remat.cost.calibrate.cuda_profile() measures the fixed cost and the curve, and
-    # remat.cost.CostModel(cuda_profile()) predicts with them)
-    ("H100", "half"): _gpu("h100-bf16", 790e12, 3.0e12),
-    ("H100", "float"): _gpu("h100-fp32", 50e12, 3.0e12),
-    ("H200", "half"): _gpu("h200-bf16", 790e12, 4.3e12),
-    ("H200", "float"): _gpu("h200-fp32", 50e12, 4.3e12),
-    ("A100", "half"): _gpu("a100-bf16", 250e12, 1.6e12),
-    ("A100", "float"): _gpu("a100-fp32", 16e12, 1.6e12),
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Datasheet:
+    """A GPU's published figures: dense (no sparsity) FLOP/s by training dtype, main-memory
+    bandwidth (bytes/s) and capacity (bytes; the "80 GB" of a datasheet read as GiB, as the
+    HBM stacks hold it: ``torch.cuda`` reports 1-2% less, what the driver keeps)."""
+
+    label: str
+    bf16: float
+    fp16: float
+    fp32: float
+    tf32: float
+    bandwidth: float
+    memory: int
+
+
+DATASHEETS = {
+    # NVIDIA's datasheets (dense tensor-core rates, half the "with sparsity" figures): bf16 and
+    # fp16 run at one rate on these parts. fp32 is the CUDA cores' rate, not TF32's: PyTorch
+    # runs float32 matmuls without TF32 unless torch.backends.cuda.matmul.allow_tf32 (or
+    # torch.set_float32_matmul_precision("high")) says otherwise; tf32 is there for that case.
+    # The RTX 4090's fp16/bf16 is the rate with fp32 accumulation (PyTorch's), half its
+    # fp16-accumulate figure.
+    "H100": Datasheet("NVIDIA H100 SXM5 80GB HBM3", 989.4e12, 989.4e12, 66.9e12, 494.7e12, 3.35e12, 80 * GiB),
+    "H200": Datasheet("NVIDIA H200 SXM 141GB HBM3e", 989.4e12, 989.4e12, 66.9e12, 494.7e12, 4.8e12, 141 * GiB),
+    "A100-40GB": Datasheet("NVIDIA A100 SXM4 40GB HBM2", 312e12, 312e12, 19.5e12, 156e12, 1.555e12, 40 * GiB),
+    "A100-80GB": Datasheet("NVIDIA A100 SXM4 80GB HBM2e", 312e12, 312e12, 19.5e12, 156e12, 2.039e12, 80 * GiB),
+    "L4": Datasheet("NVIDIA L4 24GB GDDR6", 121e12, 121e12, 30.3e12, 60e12, 0.3e12, 24 * GiB),
+    "RTX4090": Datasheet("NVIDIA GeForce RTX 4090 24GB GDDR6X", 165.2e12, 165.2e12, 82.6e12, 82.6e12,
+                         1.008e12, 24 * GiB),
 }
-"""The profiles of known GPUs; another GPU gets the A100's (a conservative middle)."""
+"""Published figures of the GPUs remat knows by name (:func:`remat.cost.profiles.resolve_profile`)."""
+
+MATMUL_SHARE = 0.8
+BANDWIDTH_SHARE = 0.9
+"""The shares of a datasheet's matmul rate and bandwidth that large kernels reach, which the
+named profiles price at: an H100 measured 798 TFLOP/s bf16 (0.81 of 989) and 3.0 TB/s (0.9 of
+3.35), an H200 788 TFLOP/s and 4.3 TB/s (0.9 of 4.8)."""
+
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+def datasheet_profile(gpu: str, dtype: str = "bf16") -> DeviceProfile:
+    """The profile of a GPU of :data:`DATASHEETS` training in ``dtype`` (``"bf16"``,
+    ``"fp16"``, ``"fp32"``): the datasheet's rate and bandwidth at :data:`MATMUL_SHARE` and
+    :data:`BANDWIDTH_SHARE`, its memory, 5 us a kernel and small matmuls at
+    :data:`GPU_MATMUL_SHAPE`'s share of the peak. Named ``"<gpu>-<dtype>"`` in lower case.
+
+    >>> p = datasheet_profile("H100")
+    >>> p.name, round(p.peak_flops / 1e12), p.memory // GiB
+    ('h100-bf16', 792, 80)
+    """
+    sheet = DATASHEETS[gpu]
+    return _gpu(f"{gpu.lower()}-{dtype}", MATMUL_SHARE * getattr(sheet, dtype),
+                BANDWIDTH_SHARE * sheet.bandwidth, sheet.memory)
+
+
+GPU_PROFILES = {(gpu, kind): datasheet_profile(gpu, "bf16" if kind == "half" else "fp32")
+                for gpu in DATASHEETS for kind in ("half", "float")}
+"""``(GPU, "half" | "float") -> profile``: the GPUs of :data:`DATASHEETS` in bf16 (fp16 runs at
+the same rate) and in float32 (without TF32, PyTorch's default). A captured graph on one of
+them is priced so (:func:`profile_for_graph`); another GPU gets the A100 80GB's (a conservative
+middle). On a GPU, ``remat.cost.calibrate.cuda_profile()`` measures the fixed cost and the
+curve, and ``remat.cost.CostModel(cuda_profile())`` predicts with them."""
+
+
+def datasheet_gpu(device_name: str) -> str | None:
+    """The :data:`DATASHEETS` entry a CUDA device name is (``"NVIDIA H100 80GB HBM3"`` ->
+    ``"H100"``, ``"NVIDIA A100-SXM4-40GB"`` -> ``"A100-40GB"``, ``"NVIDIA L4"`` -> ``"L4"``,
+    not ``"NVIDIA L40S"``), or None.
+
+    >>> datasheet_gpu("NVIDIA GeForce RTX 4090"), datasheet_gpu("NVIDIA L40S")
+    ('RTX4090', None)
+    """
+    words = re.findall(r"[A-Z0-9]+", device_name.upper())
+    joined = "".join(words)
+    if "H100" in words:
+        return "H100"
+    if "H200" in words:
+        return "H200"
+    if any(w.startswith("A100") for w in words):
+        return "A100-40GB" if "40GB" in joined else "A100-80GB"
+    if "L4" in words:
+        return "L4"
+    if "RTX4090" in joined:
+        return "RTX4090"
+    return None
 
 
 def profile_for_graph(g: Graph) -> DeviceProfile:
@@ -243,11 +320,7 @@ def profile_for_graph(g: Graph) -> DeviceProfile:
     if device.get("type") != "cuda":
         return PROFILES["cpu"]
     kind = "half" if device.get("dtype") in ("bfloat16", "float16") else "float"
-    name = str(device.get("name", "")).upper()
-    for (gpu, k), profile in GPU_PROFILES.items():
-        if gpu in name and k == kind:
-            return profile
-    return GPU_PROFILES[("A100", kind)]
+    return GPU_PROFILES[(datasheet_gpu(str(device.get("name", ""))) or "A100-80GB", kind)]
 
 
 EAGER_TEMPORARIES = {
