@@ -1,4 +1,4 @@
-"""The ``remat`` command line: ``remat plan``, ``remat sweep``, ``remat capture``,
+"""The ``remat`` command line: ``remat plan``, ``remat sweep``, ``remat capture``, ``remat profile``,
 ``remat demo``, ``remat bench``.
 
 Each command lives in its own module, imported only when it runs (``remat plan`` on a saved
@@ -109,6 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-kernel-cache", action="store_true",
                    help="turn off inductor's kernel cache too (cold compile times; much slower)")
     b.set_defaults(module="bench")
+
+    r = sub.add_parser("profile", help="measure this machine's device into a profile file, or show a named GPU's")
+    r.add_argument("-o", "--out", default=None, help="write the profile as JSON here (remat plan --device FILE reads it)")
+    r.add_argument("--gpu", default=None, help="instead of measuring: a GPU's datasheet profile (H100, H200, "
+                   "A100-40GB, A100-80GB, L4, RTX4090) or a profile file")
+    r.add_argument("--device", default=None, choices=["cpu", "cuda"], help="the device to measure (default: cuda when there is one)")
+    r.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
+                   help="the training dtype (a named GPU: default bf16; measured: float32)")
+    r.add_argument("--json", action="store_true", help="print the profile as JSON")
+    r.set_defaults(module="profile")
     return parser
 
 

@@ -1,0 +1,60 @@
+"""``remat profile``: measure this machine's device into a profile file, or show a named one.
+
+On the GPU you will train on, ``remat profile -o h100.json`` measures it (matmul and
+convolution rates at several sizes, bandwidth, the fixed cost of a kernel, its memory) and
+writes the file; anywhere else, ``remat plan ... --device h100.json`` plans for it.
+``remat profile --gpu H100`` prints (or with ``-o`` writes) a GPU's datasheet profile;
+``--gpu FILE`` shows a file's.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..cost.profiles import memory_bytes, profile_key, resolve_profile, save_profile
+
+
+def run(args) -> int:
+    if args.gpu is not None:
+        profile = resolve_profile(args.gpu, dtype=args.dtype)
+        what = f"the profile of {args.gpu}"
+    else:
+        device = args.device or _default_device()
+        profile = resolve_profile(device, dtype=args.dtype)
+        what = f"{device}, measured"
+    if args.out is not None:
+        path = save_profile(profile, args.out)
+        print(f"wrote {what} to {path} (key {profile_key(profile)})")
+        if args.json:
+            print(path.read_text(), end="")
+        return 0
+    if args.json:
+        from ..cost.profiles import profile_record
+
+        print(json.dumps(profile_record(profile), indent=1))
+        return 0
+    print(describe(profile))
+    return 0
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def describe(profile) -> str:
+    """The profile's numbers as a few lines a reader can check against a datasheet."""
+    memory = memory_bytes(profile)
+    lines = [f"{profile.name}  (key {profile_key(profile)})",
+             f"  matmul peak   {profile.peak_flops / 1e12:.3g} TFLOP/s",
+             f"  bandwidth     {profile.bandwidth / 1e9:.4g} GB/s",
+             f"  memory        {'-' if memory is None else f'{memory / 2**30:.4g} GiB'}",
+             f"  kernel        {profile.launch_seconds * 1e6:.3g} us fixed (op by op {profile.op_fixed * 1e6:.3g} us)"]
+    if profile.matmul_curve:
+        shares = ", ".join(f"{f:.2g}: {r / profile.peak_flops:.0%}" for f, r in profile.matmul_curve)
+        lines.append(f"  matmul curve  FLOPs of one call: share of the peak  {shares}")
+    return "\n".join(lines)
+
+
+__all__ = ["describe", "run"]
