@@ -30,7 +30,7 @@ from .solvers import solve
 
 __version__ = "0.2.0"
 
-_TORCH = ("compile", "plan", "plan_all", "frontier", "checkpoint", "policy")
+_TORCH = ("compile", "plan", "plan_all", "frontier", "shapes", "checkpoint", "policy")
 
 
 def __getattr__(name: str):
@@ -58,6 +58,6 @@ def _register() -> None:
 _register()
 
 __all__ = ["Graph", "Node", "Plan", "PlanStatus", "Decision", "SavedValue", "Schedule", "load_graph", "save_graph",
-           "solve", "compile", "plan", "plan_all", "frontier", "checkpoint", "policy", "RematError", "GraphError", "PlanError",
+           "solve", "compile", "plan", "plan_all", "frontier", "shapes", "checkpoint", "policy", "RematError", "GraphError", "PlanError",
            "UnsupportedGraphError", "OptionError", "BudgetError", "InfeasibleBudgetError",
            "RematFallbackWarning", "RematCacheWarning", "RematBudgetWarning", "RematOffloadWarning"]

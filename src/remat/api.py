@@ -1,4 +1,5 @@
-"""The public entry points: :func:`compile`, :func:`plan`, :func:`plan_all` and :func:`frontier`."""
+"""The public entry points: :func:`compile`, :func:`plan`, :func:`plan_all`, :func:`frontier`
+and :func:`shapes` (a step's inputs by their shapes)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from .capture.abstract import Shapes, abstract_model, fake_step, inputs_for, shapes  # noqa: F401 - remat.shapes
+from .capture.target import Target
 from .errors import OptionError, RematBudgetWarning
 from .lower.backend import RematBackend
 from .lower.options import COMPILERS, NAMES, Options
@@ -100,6 +103,12 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
     ``fullgraph``, ``dynamic``, ``mode``, ``options`` (inductor's config) and ``disable`` are
     ``torch.compile``'s. Any other keyword is an error that lists these.
     """
+    if abstract_model(model):
+        raise OptionError(f"remat.compile cannot run {type(model).__name__}: its parameters are on the "
+                          "meta device or fake, with no data to train. Plan it instead, for the GPU it "
+                          "will train on: remat.plan(model, inputs=remat.shapes(input_ids=((8, 4096), "
+                          "torch.long)), device='H100'); to train it, materialize it first "
+                          "(model.to_empty(device='cuda'), then load or initialize its weights)")
     if unknown:
         raise OptionError(f"remat.compile got unknown option {', '.join(map(repr, sorted(unknown)))}; "
                           f"remat's options: {', '.join(_REMAT_OPTIONS)}; "
@@ -191,7 +200,8 @@ class _StepChecks:
 def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float | None = None,
          time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
          solver_options: Mapping[str, Any] | None = None, cache: bool = True,
-         for_compiler: str = "inductor", max_overhead: float | None = None, **kwargs: Any) -> Plan:
+         for_compiler: str = "inductor", max_overhead: float | None = None,
+         inputs: Shapes | None = None, device: Any = None, profile: Any = None, **kwargs: Any) -> Plan:
     """Plan a model's training step without compiling kernels; returns the :class:`Plan` of
     its first graph (:func:`plan_all` returns one per graph).
 
@@ -204,7 +214,29 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
     fused kernels keep fusible values out of memory, or ``"eager"``): the plan is the one that
     call would make.
 
+    **A model this machine cannot hold** is planned without allocating it: build it on the meta
+    device (``with torch.device("meta"): model = LlamaForCausalLM(config)``) or under
+    ``FakeTensorMode``, give its inputs as shapes (``inputs=remat.shapes(input_ids=((8, 4096),
+    torch.long), labels=((8, 4096), torch.long))``: :func:`shapes`) or as meta or fake tensors,
+    and name the device it will train on: ``device`` (``"cuda"``, ``"cpu"`` or a GPU such as
+    ``"H100"``, ``"A100-40GB"``) and/or ``profile`` (a
+    :class:`~remat.cost.model.DeviceProfile`, a GPU profile's name such as ``"H100-bf16"``, or
+    the path of a profile JSON ``remat profile`` wrote on that GPU;
+    :func:`remat.cost.profiles.resolve_profile`). The step is captured on fake CPU tensors (the
+    graph a real CPU capture of the same shapes and dtypes gives:
+    :mod:`remat.capture.abstract`), ``use_cache=False`` is passed to a model whose ``forward``
+    takes it and was not given it (a training step keeps no KV cache), and the graph records
+    the target (``plan.graph.meta["device"]``) and is priced with its profile: the predicted
+    peak and step time are the target's. ``device`` and ``profile`` plan a real model for
+    another device too. Such a plan cannot be run here: ``remat.compile`` refuses a meta model.
+
     >>> import torch, remat
+    >>> with torch.device("meta"):
+    ...     mlp = torch.nn.Sequential(torch.nn.Linear(4096, 16384), torch.nn.GELU(), torch.nn.Linear(16384, 4096))
+    >>> p = remat.plan(mlp, inputs=remat.shapes(((64, 4096), torch.float32)), device="H100", cache=False)
+    >>> p.graph.meta["device"]["name"], p.graph.meta["device"]["target"]
+    ('H100', True)
+
     >>> def f1(a, b, c, d):
     ...     return (a + b + c + d).cos().cos()
     >>> xs = [torch.randn(1024, requires_grad=True) for _ in range(4)]
@@ -214,7 +246,8 @@ def plan(model: Callable, *args: Any, solver: str = "auto", budget: str | float 
     """
     plans = plan_all(model, *args, solver=solver, budget=budget, time_limit=time_limit,
                      strict=strict, solver_options=solver_options, cache=cache,
-                     for_compiler=for_compiler, max_overhead=max_overhead, **kwargs)
+                     for_compiler=for_compiler, max_overhead=max_overhead, inputs=inputs,
+                     device=device, profile=profile, **kwargs)
     if len(plans) > 1:
         warnings.warn(f"the model has {len(plans)} graphs (graph breaks); returning the plan of "
                       "the first. Use remat.plan_all for all of them.", stacklevel=2)
@@ -225,20 +258,27 @@ def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | fl
              time_limit: float | None = DEFAULT_TIME_LIMIT, strict: bool = False,
              solver_options: Mapping[str, Any] | None = None, cache: bool = True,
              for_compiler: str = "inductor", max_overhead: float | None = None,
+             inputs: Shapes | None = None, device: Any = None, profile: Any = None,
              **kwargs: Any) -> list[Plan]:
-    """Like :func:`plan`, but one Plan per captured graph (one per graph break + 1)."""
+    """Like :func:`plan`, but one Plan per captured graph (one per graph break + 1); a model on
+    the meta device or fake, ``inputs``, ``device`` and ``profile`` as there."""
     plans: list[Plan] = []
     if for_compiler not in COMPILERS:
         raise OptionError(f"unknown compiler {for_compiler!r}; use one of {', '.join(COMPILERS)}")
+    target = Target.create(device, profile)
+    args, kwargs, abstract = inputs_for(model, args, kwargs, inputs)
+    if abstract:
+        kwargs = _without_cache(model, kwargs)
     settings = Options.create(solver=solver, budget=budget, time_limit=time_limit, strict=strict,
                               compiler="eager",
                               solver_options=_with_overhead(solver_options, max_overhead, budget), cache=cache,
                               on_plan=lambda g, p: plans.append(p))
     # captured without codegen (eager), planned for the compiler the user will run
-    compiled = _compiled(model, dataclasses.replace(settings, plans_for=for_compiler))
+    compiled = _compiled(model, dataclasses.replace(settings, plans_for=for_compiler, target=target))
     torch._dynamo.reset()
     try:
-        compiled(*args, **kwargs)
+        with (fake_step(model, args, kwargs) if abstract else contextlib.nullcontext((args, kwargs))) as (a, k):
+            compiled(*a, **k)
     finally:
         torch._dynamo.reset()
     if not plans:
@@ -248,6 +288,18 @@ def plan_all(model: Callable, *args: Any, solver: str = "auto", budget: str | fl
             "not fall back to PyTorch's partitioner (a RematFallbackWarning says why; strict=True "
             "raises instead)")
     return plans
+
+
+def _without_cache(model: Callable, kwargs: dict) -> dict:
+    """``kwargs`` with ``use_cache=False`` where the model's ``forward`` takes ``use_cache`` and
+    it was not given (a transformers model would build a KV cache the training step never
+    reads, and dynamo stops on it for a meta model)."""
+    forward = getattr(model, "forward", model)
+    try:
+        names = inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    return {**kwargs, "use_cache": False} if "use_cache" in names and "use_cache" not in kwargs else kwargs
 
 
 def frontier(model: Callable, *args: Any, solver: str = "auto", compiler: str = "inductor",

@@ -193,8 +193,12 @@ def _eager_compile(gm, example_inputs, partitioner: RematPartitioner):
         return run
 
     def partition(joint, joint_inputs, **kwargs):
-        # inductor's joint passes (random-op rewriting) read V.fake_mode, as under compile_fx
-        with V.set_fake_mode(detect_fake_mode(joint_inputs)):
+        # inductor's joint passes (random-op rewriting) read V.fake_mode, as under compile_fx;
+        # its constant folding, run on meta values, folds the whole backward into empty tensors
+        # (remat.plan captures a meta model on fake CPU tensors: remat.capture.abstract)
+        meta = any(isinstance(x, torch.Tensor) and x.device.type == "meta" for x in joint_inputs)
+        folding = inductor_config.patch(joint_graph_constant_folding=False) if meta else contextlib.nullcontext()
+        with V.set_fake_mode(detect_fake_mode(joint_inputs)), folding:
             if _TAKES_OVERRIDE:
                 return partition_fn(joint, joint_inputs, partitioner_fn_override=partitioner, **kwargs)
             with inductor_config.patch(custom_partitioner_fn=partitioner):  # torch < 2.12

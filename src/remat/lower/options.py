@@ -54,6 +54,10 @@ class Options:
     """The compiler the plans are made for, where it is not the one that runs: ``remat.plan``
     runs ``eager`` to capture without codegen but plans for ``inductor`` (fused memory), as
     ``remat.compile`` would. Not a user option."""
+    target: Any = None
+    """The device the plans are made for where it is not the one that captures the step
+    (:class:`remat.capture.target.Target`: ``remat.plan``'s ``device=`` and ``profile=``): the
+    captured graph records it and is priced with its profile. Not a user option."""
 
     @property
     def solver(self) -> str:
@@ -118,7 +122,8 @@ class Options:
         budget = None if self.budget is None else (self.budget.kind, self.budget.value)
         return (f"{self.solver}|{budget}|{self.time_limit}|{self.strict}|{opts}|cache={self.cache}"
                 f"|for={self.planned_compiler}|outputs={self.outputs}|offload={self.offload}"
-                f"|bandwidth={self.bandwidth}")
+                f"|bandwidth={self.bandwidth}"
+                f"|target={None if self.target is None else self.target.key()}")
 
 
 NAMES = ("solver", "budget", "time_limit", "strict", "compiler", "solver_options", "on_plan", "cache",

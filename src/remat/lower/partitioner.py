@@ -37,6 +37,7 @@ from ..step.planner import OFFLOADING_SOLVERS, StepPlanner, warn_once
 from . import torch_offload
 from .fallback import fall_back
 from .fission import fission_joint
+from .fission_loop import loop_key, loop_parts
 from .fx import lower
 from .offload import offload_support
 from .options import Options
@@ -76,7 +77,7 @@ class RematPartitioner(CustomPartitionerFn):
     def uuid(self) -> str:
         """Everything that decides the partition (the callback does not), so that inductor's
         and AOTAutograd's caches hit only for the same plan."""
-        return f"remat-{_source_hash()}-{self.options.key()}"
+        return f"remat-{_source_hash()}-{self.options.key()}-{loop_key()}"
 
     def __reduce__(self):
         # inductor pickles its config, this partitioner included, into its cache key: the
@@ -109,6 +110,8 @@ class RematPartitioner(CustomPartitionerFn):
             joint, plan = self._plan(graph, lambda p: self._split(joint, p, reference, num_fwd_outputs,
                                                                    static), joint)
             fw, bw = lower(joint, plan)
+            if plan.fissions:  # each split region's parts as calls of one subgraph (fission_loop)
+                fw, bw = loop_parts(fw, plan.fissions), loop_parts(bw, plan.fissions)
             # a plan's peak holds only in its order: inductor keeps to it (plan_order)
             self.keeps_order = True
             self.channels_last = bool(graph.meta.get("channels_last"))
@@ -162,6 +165,8 @@ class RematPartitioner(CustomPartitionerFn):
         partition where remat falls back: :mod:`remat.lower.fallback`)."""
         graph = graph_from_joint(joint, self.param_indices, name=self.graph_name,
                                  compiler=self.options.planned_compiler, opaque=opaque)
+        if self.options.target is not None:  # planned for another device: its record and profile
+            graph.meta["device"] = self.options.target.device_meta(graph.meta.get("device") or {})
         if reference is not None:
             graph.meta[REFERENCE_SAVED] = [s for s in reference if s in graph]
         if self.options.outputs == "dropped":
@@ -188,7 +193,7 @@ class RematPartitioner(CustomPartitionerFn):
                            "plan without it and silence this.", RematOffloadWarning)
         if o.bandwidth is not None:
             device["link"] = {"bandwidth": o.bandwidth, "source": "given"}
-        elif kind == "cuda" and works:
+        elif kind == "cuda" and works and not device.get("target"):  # a target's link is assumed
             link = _measured_link(kind)
             if link is not None:
                 device["link"] = link
