@@ -32,8 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import os
+import platform
 import time
+from pathlib import Path
 
+from . import probes
 from .model import PROFILES, DeviceProfile
 
 
@@ -235,22 +240,29 @@ def cpu_profile(dtype: str | None = None) -> DeviceProfile:
     """This CPU's per-op fixed cost, matmul curve (16^3 to 1024^3 in ``dtype``: ``"bf16"``,
     ``"fp16"``, ``"fp32"``, default float32; ``peak_flops`` the largest's), convolution curve,
     pointwise transfer curve and copy bandwidth (64 MiB copy), at torch's current thread count
-    (about 3 s). Cached per process."""
-    return _measure("cpu", 1024, 64 << 20, _torch_dtype(dtype))
+    (about 3 s). Measured once per CPU, thread count, dtype and torch version: stored on disk
+    (:mod:`remat.cost.probes`) and cached per process."""
+    return _stored_profile("cpu", dtype, lambda: _measure("cpu", 1024, 64 << 20, _torch_dtype(dtype)))
 
 
 @functools.cache
 def cuda_profile(device: str = "cuda", dtype: str | None = None) -> DeviceProfile:
     """The GPU's per-kernel launch time, matmul curve (64^3 to 4096^3 in ``dtype``, default
     float32 at torch's current matmul precision), convolution curve, transfer curve, copy
-    bandwidth (512 MiB copy) and memory, timed with CUDA events. Cached per process and device."""
+    bandwidth (512 MiB copy) and memory, timed with CUDA events. Measured once per GPU model,
+    dtype, matmul precision and torch version (stored on disk: :mod:`remat.cost.probes`);
+    cached per process and device."""
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("cuda_profile() needs a CUDA GPU; use cpu_profile() on this machine")
-    with torch.cuda.device(torch.device(device)):
-        p = _measure(device, 4096, 512 << 20, _torch_dtype(dtype))
-    return dataclasses.replace(p, memory=int(torch.cuda.get_device_properties(torch.device(device)).total_memory))
+
+    def measure() -> DeviceProfile:
+        with torch.cuda.device(torch.device(device)):
+            p = _measure(device, 4096, 512 << 20, _torch_dtype(dtype))
+        return dataclasses.replace(p, memory=int(torch.cuda.get_device_properties(torch.device(device)).total_memory))
+
+    return _stored_profile(device, dtype, measure)
 
 
 def profile_for(device, dtype: str | None = None) -> DeviceProfile:
@@ -262,3 +274,95 @@ def profile_for(device, dtype: str | None = None) -> DeviceProfile:
     if device == "cpu":
         return cpu_profile() if dtype is None else cpu_profile(dtype)
     raise ValueError(f"cannot calibrate device {device!r}; use 'cpu' or 'cuda'")
+
+
+@functools.cache
+def sac_overhead() -> float:
+    """Seconds selective checkpointing adds per op call over plain checkpointing on this machine
+    (its dispatch modes run Python for every op in the forward and in the replay), on a chain
+    of 100 small ops. Measured once per CPU, thread count and torch version (stored on disk:
+    :mod:`remat.cost.probes`); cached per process."""
+    def decode(v) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise ValueError(f"{v!r} is not a number of seconds per op")
+        return float(v)
+
+    return probes.stored("sac", identity("cpu", None), _measure_sac, float, decode)
+
+
+def _measure_sac() -> float:
+    import torch
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        create_selective_checkpoint_contexts,
+    )
+
+    x = torch.ones(8, 8, requires_grad=True)  # no random draw: the step's masks stay
+
+    def chain(t):
+        for _ in range(100):
+            t = t * 1.0001
+        return t
+
+    def recompute_all(ctx, func, *args, **kwargs):
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    def run(sac: bool) -> float:
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            kw = {"context_fn": lambda: create_selective_checkpoint_contexts(recompute_all)} if sac else {}
+            torch.utils.checkpoint.checkpoint(chain, x, use_reentrant=False, **kw).sum().backward()
+            best = min(best, time.perf_counter() - t0)
+        return best / 100
+
+    with torch.random.fork_rng(devices=[]):
+        run(False), run(True)
+        return max(run(True) - run(False), 0.0)
+
+
+def _stored_profile(device: str, dtype: str | None, measure) -> DeviceProfile:
+    from .profiles import profile_entry, profile_from_entry
+
+    ident = identity(device, dtype)
+    return probes.stored("profile", ident, measure,
+                         lambda p: profile_entry(p, device=ident["device"], torch_version=ident["torch"]),
+                         lambda v: profile_from_entry(v, "a stored device measurement"))
+
+
+def identity(device: str, dtype: str | None) -> dict:
+    """What a measurement on ``device`` depends on (:mod:`remat.cost.probes` keys on it): the
+    device (a CPU's model, cores and torch's threads; a GPU's name, compute capability, memory,
+    CUDA version and float32 matmul precision), torch's version, the dtype and this module's
+    code."""
+    import torch
+
+    out = {"torch": torch.__version__, "dtype": dtype or "fp32", "code": _code_hash()}
+    if str(device).startswith("cuda"):
+        d = torch.device(device)
+        props = torch.cuda.get_device_properties(d)
+        out.update(device=torch.cuda.get_device_name(d), capability=list(torch.cuda.get_device_capability(d)),
+                   memory=int(props.total_memory), cuda=torch.version.cuda,
+                   matmul_precision=torch.get_float32_matmul_precision(),
+                   tf32=bool(torch.backends.cuda.matmul.allow_tf32))
+    else:
+        out.update(device="cpu", cpu=_cpu_model(), cores=os.cpu_count(), threads=torch.get_num_threads())
+    return out
+
+
+@functools.cache
+def _code_hash() -> str:
+    """A hash of this module's source: changed probing code never reads an old measurement."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+@functools.cache
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -183,6 +183,21 @@ def _source(profile: DeviceProfile) -> tuple[str, str | None]:
     return "measured", profile.name.removesuffix(" (measured)")
 
 
+def profile_entry(profile: DeviceProfile, *, device: str | None = None,
+                  torch_version: str | None = None) -> dict:
+    """The content of ``profile``'s profile file (:func:`save_profile` says the defaults)."""
+    source, described = _source(profile)
+    if torch_version is None and source == "measured":
+        from importlib import metadata
+
+        try:
+            torch_version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            torch_version = None
+    return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "source": source,
+            "device": device or described, "torch": torch_version, "profile": profile_record(profile)}
+
+
 def save_profile(profile: DeviceProfile, path, *, device: str | None = None,
                  torch_version: str | None = None) -> Path:
     """Write ``profile`` as a profile file at ``path`` (JSON, the module's docstring says its
@@ -194,16 +209,7 @@ def save_profile(profile: DeviceProfile, path, *, device: str | None = None,
     >>> load_profile(save_profile(resolve_profile("H100"), path)) == resolve_profile("H100")
     True
     """
-    source, described = _source(profile)
-    if torch_version is None and source == "measured":
-        from importlib import metadata
-
-        try:
-            torch_version = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            torch_version = None
-    entry = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "source": source,
-             "device": device or described, "torch": torch_version, "profile": profile_record(profile)}
+    entry = profile_entry(profile, device=device, torch_version=torch_version)
     path = Path(path)
     try:
         text = json.dumps(entry, indent=1, allow_nan=False)

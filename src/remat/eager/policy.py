@@ -36,8 +36,9 @@ _profiles: dict = {}
 
 
 def device_profile(device: str = "cpu"):
-    """The measured :class:`~remat.cost.model.DeviceProfile` of ``device`` (once per process;
-    :func:`remat.cost.calibrate.profile_for` leaves the random state as it was)."""
+    """The measured :class:`~remat.cost.model.DeviceProfile` of ``device`` (once per device and
+    torch version, stored beside the plan cache; :func:`remat.cost.calibrate.profile_for` leaves
+    the random state as it was)."""
     from ..cost.calibrate import profile_for
 
     return profile_for("cuda" if str(device).startswith("cuda") else "cpu")
@@ -45,33 +46,12 @@ def device_profile(device: str = "cpu"):
 
 def sac_overhead() -> float:
     """Seconds selective checkpointing adds per op call over plain checkpointing on this machine
-    (its dispatch modes run Python for every op in the forward and in the replay): measured
-    once per process on a chain of small ops."""
+    (:func:`remat.cost.calibrate.sac_overhead`: measured once per CPU and torch version, stored
+    beside the plan cache; ``_profiles["sac"]`` overrides it)."""
     if "sac" not in _profiles:
-        import time
+        from ..cost.calibrate import sac_overhead as measured
 
-        x = torch.ones(8, 8, requires_grad=True)  # no random draw: the step's masks stay
-
-        def chain(t):
-            for _ in range(100):
-                t = t * 1.0001
-            return t
-
-        def recompute_all(ctx, func, *args, **kwargs):
-            return CheckpointPolicy.PREFER_RECOMPUTE
-
-        def run(sac: bool) -> float:
-            best = float("inf")
-            for _ in range(5):
-                t0 = time.perf_counter()
-                kw = {"context_fn": lambda: create_selective_checkpoint_contexts(recompute_all)} if sac else {}
-                torch.utils.checkpoint.checkpoint(chain, x, use_reentrant=False, **kw).sum().backward()
-                best = min(best, time.perf_counter() - t0)
-            return best / 100
-
-        with torch.random.fork_rng(devices=[]):
-            run(False), run(True)
-            _profiles["sac"] = max(run(True) - run(False), 0.0)
+        _profiles["sac"] = measured()
     return _profiles["sac"]
 
 

@@ -31,7 +31,9 @@ anywhere, so it is the same in every process and under every ``PYTHONHASHSEED``)
   graph's own ``meta`` (facts about the whole graph, such as symbolic sizes) is covered too;
 - the solver's name, the budget (its kind and value as the user wrote it, and the bytes the
   solver plans within), the headroom, the time limit, the solver's options and the cost
-  model (its class and its device profile).
+  model (its class and its device profile), and the profile's
+  :func:`~remat.cost.profiles.profile_key`: a plan made for an H100 is never served to a step
+  planned for this CPU, nor for another GPU.
 
 Reading an entry checks it before use: a file that cannot be read or parsed for any reason
 (:func:`read_json_file`: not UTF-8, not JSON, nested too deeply, too large), has another
@@ -46,7 +48,8 @@ plan the same graph at once (DDP ranks) never read half a file.
 
 The directory (:func:`default_directory`) is ``$REMAT_CACHE_DIR`` when set, else
 ``$XDG_CACHE_HOME/remat/plans`` (``~/.cache/remat/plans``); ``REMAT_CACHE_DIR=off`` (or
-``cache=False``) turns the cache off.
+``cache=False``) turns the cache off. The device measurements remat stores
+(:mod:`remat.cost.probes`) live beside it, in ``probes``, and the same ``off`` turns them off.
 
 :func:`remat.solvers.cached.cached_solve` is :func:`remat.solve` through this cache.
 """
@@ -65,7 +68,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ..cost import probes
 from ..cost.model import CostModel, default_cost_model
+from ..cost.profiles import profile_key
 from ..errors import PlanError, RematCacheWarning
 from ..graph.fission import Fission
 from ..graph.graph import Graph, Node
@@ -74,16 +79,17 @@ from .outcome import OutOfReach
 from .plan import Plan, _saved_value
 
 CACHE_FORMAT = "remat-plan-cache"
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 """Bumped whenever the layout of an entry or what the key covers changes (2: plans of version
 3, with fissions, swaps and the link as fields of their own; 3: the budget an entry was planned
-for, and the plan run where that budget was out of reach). It is part of the key, so an
+for, and the plan run where that budget was out of reach; 4: the device profile's key,
+:func:`remat.cost.profiles.profile_key`). It is part of the key, so an
 entry of another version is never looked up; one found under a key anyway is ignored with a
 warning."""
 
-ENV = "REMAT_CACHE_DIR"
-OFF = ("off", "0", "false", "no", "none")
-"""Values of ``$REMAT_CACHE_DIR`` that turn the cache off."""
+# $REMAT_CACHE_DIR and the values that turn the cache off: one setting for the plans and the
+# device measurements stored beside them (remat.cost.probes)
+ENV, OFF = probes.ENV, probes.OFF
 
 _LIBRARIES = ("numpy", "scipy", "ortools", "highspy")
 _CACHE_FIELDS = ("cache", "cache_file")
@@ -230,6 +236,7 @@ def cache_key(graph: Graph, solver: str, *, budget: Budget | str | float | None 
         "headroom": float(headroom), "time_limit": None if time_limit is None else float(time_limit),
         "options": _canonical(dict(options or {})),
         "cost_model": {"class": f"{type(cm).__module__}.{type(cm).__qualname__}", **_canonical(cm)},
+        "profile": profile_key(cm.device),
     })
 
 
