@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fractions", default=None, type=checks.budgets,
                    help="with --frontier: comma-separated fractions of the activation memory to ask "
                         "(default 1.0,0.9,0.8,0.7,0.6,0.5,0.4,0.3)")
+    _target_arguments(p)
     p.set_defaults(module="plan")
 
     s = sub.add_parser("sweep", help="overhead vs memory budget for budgeted solvers (seeds/001 Fig. 5)")
@@ -74,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", default="mlp", help="a zoo entry (remat.zoo.names()): cos-cos, mlp, gpt2, ...")
     c.add_argument("--size", default="tiny", choices=SIZES)
     c.add_argument("--out", default="graph.json", type=Path)
+    c.add_argument("--batch", type=checks.positive_int, default=None, help="batch size (default: the zoo's for the size)")
+    c.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the model's and its floating inputs' dtype (default float32)")
+    c.add_argument("--abstract", default=None, choices=["meta", "fake"],
+                   help="build the model on the meta device or under FakeTensorMode and capture it "
+                        "without allocating it (remat.plan's inputs=remat.shapes(...))")
+    _target_arguments(c)
     c.set_defaults(module="capture")
 
     d = sub.add_parser("demo", help="the seeds' examples: eager vs PyTorch's partitioner vs no-recompute vs remat")
@@ -120,6 +128,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the profile as JSON")
     r.set_defaults(module="profile")
     return parser
+
+
+def _target_arguments(p: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--profile``: the device a graph is planned for (remat.plan's)."""
+    p.add_argument("--device", default=None,
+                   help="plan for this device: cpu, cuda or a GPU's name (H100, H200, A100-40GB, "
+                        "A100-80GB, L4, RTX4090; a dtype may follow: H100-bf16): the graph records it "
+                        "and is priced with its profile")
+    p.add_argument("--profile", default=None,
+                   help="the device's numbers: a GPU profile's name (H100-bf16) or a profile JSON "
+                        "written by `remat profile -o FILE` on that GPU")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,10 @@ sets their link); ``--plot PNG`` draws the plan's device memory and copy stream 
 (:func:`remat.solvers.tradeoff.tradeoff`): the points none smaller and faster than another,
 then each budget's pick, a dominated one marked; ``--json`` prints it as JSON, ``--plot PNG``
 draws it (peak against step time over the reference's, each pick labelled).
+
+``--device H100`` (or ``--profile FILE``) plans the graph for that device, whatever it was
+captured on: the graph records it and its profile prices the plan (``remat.plan``'s ``device=``
+and ``profile=``).
 """
 
 from __future__ import annotations
@@ -48,12 +52,25 @@ def _link_options(graph, args) -> dict:
     return {"bandwidth": args.bandwidth}
 
 
+def retarget(graph, args):
+    """``--device`` / ``--profile``: the graph planned for that device, as ``remat.plan``'s
+    ``device=`` / ``profile=`` plan a captured one: ``meta["device"]`` records it (with the
+    graph's dtype) and the cost model prices it with its profile
+    (:class:`remat.capture.target.Target`)."""
+    if getattr(args, "device", None) is None and getattr(args, "profile", None) is None:
+        return graph
+    from ..capture.target import Target  # no torch: the cost model's profiles only
+
+    graph.meta["device"] = Target.create(args.device, args.profile).device_meta(graph.meta.get("device") or {})
+    return graph
+
+
 def run(args) -> int:
     if getattr(args, "frontier", False):
         return _frontier(args)
     budget = None if args.budget is None else Budget.parse(args.budget)
     time_limit = check_time_limit(args.time_limit)
-    graph = load_graph(args.graph)
+    graph = retarget(load_graph(args.graph), args)
     try:
         # stages on a terminal only, so JSON output and pipes stay clean
         with shown(f"planning {graph.name} ({len(graph)} nodes) with {args.solver}", plain=False):
@@ -85,7 +102,7 @@ def _frontier(args) -> int:
         raise OptionError("--frontier asks every budget itself (no budget, --fractions, min, "
                           "--max-overhead): give --fractions instead of --budget")
     plt = _pyplot() if args.plot else None  # before any work: a missing matplotlib says so now
-    graph = load_graph(args.graph)
+    graph = retarget(load_graph(args.graph), args)
     options = _link_options(graph, args)
     fractions = FRACTIONS if args.fractions is None else [f.strip() for f in args.fractions.split(",")]
     overheads = OVERHEADS if args.max_overhead is None else (args.max_overhead,)
