@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(module="bench")
 
     r = sub.add_parser("profile", help="measure this machine's device into a profile file, or show a named GPU's")
-    r.add_argument("-o", "--out", default=None, help="write the profile as JSON here (remat plan --device FILE reads it)")
+    r.add_argument("-o", "--out", default=None, help="write the profile as JSON here (remat plan --profile FILE reads it)")
     r.add_argument("--gpu", default=None, help="instead of measuring: a GPU's datasheet profile (H100, H200, "
                    "A100-40GB, A100-80GB, L4, RTX4090) or a profile file")
     r.add_argument("--device", default=None, choices=["cpu", "cuda"], help="the device to measure (default: cuda when there is one)")

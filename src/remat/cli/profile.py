@@ -2,7 +2,7 @@
 
 On the GPU you will train on, ``remat profile -o h100.json`` measures it (matmul and
 convolution rates at several sizes, bandwidth, the fixed cost of a kernel, its memory) and
-writes the file; anywhere else, ``remat plan ... --device h100.json`` plans for it.
+writes the file; anywhere else, ``remat plan GRAPH --profile h100.json`` (or ``remat.plan(..., profile="h100.json")``) plans for it.
 ``remat profile --gpu H100`` prints (or with ``-o`` writes) a GPU's datasheet profile;
 ``--gpu FILE`` shows a file's.
 """
