@@ -31,6 +31,7 @@ LAYERS = (
     "lower",
     "api",
     "eager",
+    "fit",
     "__init__",
     "bench",
     "cli",

@@ -1,5 +1,5 @@
 """The ``remat`` command line: ``remat plan``, ``remat sweep``, ``remat capture``, ``remat profile``,
-``remat demo``, ``remat bench``.
+``remat demo``, ``remat bench``, ``remat fit``.
 
 Each command lives in its own module, imported only when it runs (``remat plan`` on a saved
 graph never loads torch). A mistake in the arguments (an unknown solver, model, method or
@@ -127,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the training dtype (a named GPU: default bf16; measured: float32)")
     r.add_argument("--json", action="store_true", help="print the profile as JSON")
     r.set_defaults(module="profile")
+
+    from . import fit  # no torch: the subcommand's arguments
+
+    fit.add_parser(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Checkmate graphs at another batch size, and the largest batch a solver fits (no torch).
+"""The largest batch (or sequence) a solver fits: galloping, then bisection (no torch).
 
 Checkmate's maximum-batch-size experiment (seeds/001 Section 6.4, Figure 6; the MLSys 2020
 artifact's ``experiments/experiment_max_batchsize_{baseline,ilp}.py``) asks, for each
@@ -8,8 +8,10 @@ memory at a cost of at most one extra forward pass:
     sum of computations <= 2 * cost(forward) + cost(backward)          (paper eq. 10)
                          = cost(no recomputation) + cost(forward pass)
 
-:func:`scale_batch` rebuilds a Checkmate graph (``MODEL_BATCH_H_W_C``) at another batch size and
-:func:`max_batch` searches for the largest batch a budgeted solver fits.
+:func:`~remat.graph.batch.scale_batch` rebuilds a Checkmate graph (``MODEL_BATCH_H_W_C``) at
+another batch size and :func:`max_batch` searches for the largest batch a budgeted solver fits.
+Any other way of making the graph at a size (a captured PyTorch step scaled from captures at
+a few sizes: :class:`remat.fit.family.GraphFamily`) goes in as ``scale``.
 
 How a graph scales with the batch (the assumption, from the paper and its artifact):
 
@@ -40,12 +42,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..cost.model import default_cost_model
 from ..graph.batch import base_batch_of, scale_batch
 from ..graph.graph import Graph
+
+Scale = Callable[[Graph, int, "int | None"], Graph]
+"""``scale(graph, size, base_size) -> graph at size``."""
 
 
 # ---- cost limits -----------------------------------------------------------------------------
@@ -106,8 +112,10 @@ class MaxBatch:
 
 def probe_batch(g: Graph, solver_fn: Callable[..., Any], batch: int, budget_bytes: float,
                 max_overhead: float | None, *, base_batch: int | None = None,
-                tolerance: float = 1e-9) -> tuple[Probe, Any]:
+                tolerance: float = 1e-9, scale: Scale | None = None) -> tuple[Probe, Any]:
     """Solve ``g`` scaled to ``batch`` within ``budget_bytes`` and judge the cost limit.
+    ``scale(g, batch, base_batch)`` makes the graph at ``batch`` (default
+    :func:`~remat.graph.batch.scale_batch`).
 
     ``solver_fn(graph, budget) -> Plan`` returns the cheapest schedule it finds within
     the budget, so when that one is over the cost limit the solver has nothing within both.
@@ -116,13 +124,13 @@ def probe_batch(g: Graph, solver_fn: Callable[..., Any], batch: int, budget_byte
     schedule within the cost limit, and its proven lower bound (when it gives one) does not
     exceed the limit: a longer solve might still find one.
     """
-    gb = scale_batch(g, batch, base_batch)
-    total, _ = cost_split(gb)
+    gb = (scale or scale_batch)(g, batch, base_batch)
+    total = cost_split(gb)[0] if max_overhead is not None else None
     limit = None if max_overhead is None else max_overhead * total * (1 + tolerance)
     t0 = time.perf_counter()
     r = solver_fn(gb, budget_bytes)
     secs = time.perf_counter() - t0
-    overhead = (r.cost / total) if r.feasible and r.cost is not None and total > 0 else None
+    overhead = (r.cost / total) if r.feasible and r.cost is not None and total else None
     ok = bool(r.feasible) and (limit is None or r.cost <= limit)
     status = r.status if (ok or not r.feasible) else "over_cost"
     timed_out = r.status == "time_limit" or (
@@ -138,7 +146,7 @@ def max_batch(g: Graph, solver_fn: Callable[..., Any], budget_bytes: float,
               max_overhead: float | None = None, *, base_batch: int | None = None,
               start: int | None = None, min_batch: int = 1, max_batch_size: int = 1 << 16,
               max_probes: int | None = None, max_undecided: int | None = None,
-              on_probe: Callable[[Probe], None] | None = None) -> MaxBatch:
+              on_probe: Callable[[Probe], None] | None = None, scale: Scale | None = None) -> MaxBatch:
     """The largest batch size at which ``solver_fn`` fits ``g`` in ``budget_bytes`` with cost at
     most ``max_overhead`` times the cost with no recomputation (``None``: no cost limit; the
     paper's rule is :func:`one_forward_overhead`).
@@ -151,7 +159,8 @@ def max_batch(g: Graph, solver_fn: Callable[..., Any], budget_bytes: float,
     undecided probe (time limit, see :func:`probe_batch`) counts as infeasible and is listed in
     ``undecided``; ``max_probes`` caps the solves and ``max_undecided`` stops the search after
     that many undecided probes in a row (a solver that cannot decide at one batch within its
-    time limit rarely can at the next); the bracket found so far is then reported.
+    time limit rarely can at the next); the bracket found so far is then reported. ``scale``:
+    as in :func:`probe_batch`.
     """
     t0 = time.perf_counter()
     if base_batch is None:
@@ -163,7 +172,8 @@ def max_batch(g: Graph, solver_fn: Callable[..., Any], budget_bytes: float,
 
     def feasible(b: int) -> bool:
         if b not in cache:
-            p, _ = probe_batch(g, solver_fn, b, budget_bytes, max_overhead, base_batch=base_batch)
+            p, _ = probe_batch(g, solver_fn, b, budget_bytes, max_overhead, base_batch=base_batch,
+                               scale=scale)
             cache[b] = p
             probes.append(p)
             if on_probe is not None:
