@@ -354,3 +354,32 @@ def test_remat_profile_writes_and_shows_profiles(measured, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["peak_flops"] == FAKE.peak_flops
     assert main(["profile", "--gpu", "H300"]) == 2
     assert "H100, H200" in capsys.readouterr().err
+
+
+def test_a_gpu_is_measured_once_per_gpu_model_with_its_memory(measured, monkeypatch):
+    """The CUDA path on this CPU build, torch.cuda's queries stood in for: the profile carries
+    the GPU's memory, and another GPU model is measured again, not read."""
+    import contextlib
+    import types
+
+    import torch
+
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "memory": 85_000_000_000}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: gpu["name"])
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda d=None: types.SimpleNamespace(total_memory=gpu["memory"]))
+    calibrate.cuda_profile.cache_clear()
+    try:
+        p = resolve_profile("cuda")
+        assert p.memory == gpu["memory"] and p.peak_flops == FAKE.peak_flops and measured["profile"] == 1
+        calibrate.cuda_profile.cache_clear()
+        assert resolve_profile("cuda") == p and measured["profile"] == 1  # read back
+        gpu.update(name="NVIDIA H200", memory=150_000_000_000)
+        calibrate.cuda_profile.cache_clear()
+        assert resolve_profile("cuda").memory == gpu["memory"] and measured["profile"] == 2
+        assert memory_bytes("cuda") == gpu["memory"]
+    finally:
+        calibrate.cuda_profile.cache_clear()
