@@ -4,13 +4,15 @@ compiled kernel crashes the process).
 
 Launched by ``tests/test_ao_inductor.py``::
 
-    python tests/ao_worker.py CASE BUDGET COMPILER [--hide-ao] [--strict] [--solver=NAME]
+    python tests/ao_worker.py CASE BUDGET COMPILER [--hide-ao | --no-async] [--strict] [--solver=NAME]
 
 CASE is ``mlp``, ``cnn-batchnorm`` or ``unet`` (zoo ``tiny`` sizes; ConvBN from
 ``remat.zoo.cnn``), BUDGET a fraction or ``min``. The step is ``remat.compile(model,
 solver=NAME, budget=BUDGET, compiler=COMPILER, strict=...)`` (``swap`` by default) against eager autograd from
 the same weights. ``--hide-ao`` makes this torch's ``ao`` ops look absent
-(``remat.lower.offload.ao_problem`` reports them missing), as on torch 2.10-2.12. Prints one
+(``remat.lower.offload.ao_problem`` reports them missing), as on torch 2.10-2.12, so remat's
+own copy ops lower the offloads; ``--no-async`` hides remat's too
+(``remat.lower.offload.async_ops`` finds none), as on a device neither runs on. Prints one
 JSON line: the losses, the largest gradient difference, the offloads and reloads of each
 plan (all and inside the forward), the waits never consumed, the warnings, or the error.
 """
@@ -31,9 +33,11 @@ def main(argv: list[str]) -> None:
     from remat.bench import ao_standin
 
     ao_standin.install()
-    if "--hide-ao" in argv:
+    if "--hide-ao" in argv or "--no-async" in argv:
         from remat.lower import offload as lowering
-        lowering.ao_problem = lambda: f"torch {torch.__version__} has no torch.ops.ao.offload (hidden)"
+        lowering.ao_problem = lambda ns=None: f"torch {torch.__version__} has no torch.ops.ao.offload (hidden)"
+        if "--no-async" in argv:
+            lowering.async_ops = lambda device_type: None
     import remat
     from remat import zoo
     from remat.zoo.cnn import ConvBN

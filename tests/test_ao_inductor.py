@@ -53,10 +53,21 @@ def test_real_ao_ops_under_inductor_give_eager_gradients(case, budget):
     assert not out["warnings"]
 
 
-def test_without_the_ao_ops_swap_plans_without_offloading_and_warns():
-    """Where the ``ao`` ops are missing (torch 2.10-2.12), a plan that would offload is made
-    without offloading, with one warning naming why; strict mode raises instead."""
-    out = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao")
+def test_without_the_ao_ops_remat_ops_offload():
+    """Where the ``ao`` ops are missing (torch 2.10-2.12), remat's own copy ops
+    (:mod:`remat.lower.copy_ops`, on their CPU stand-in) lower the offloads: the swap solver
+    offloads, strict, with eager's gradients, no warning and nothing left pending."""
+    out = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao", "--strict")
+    _assert_eager_gradients(out)
+    assert out["plans"] and all(p["solver"] == "swap" and p["offloads"] > 0 for p in out["plans"]), out["plans"]
+    assert out["pending"] == 0 and not out["warnings"]
+
+
+def test_without_async_copy_ops_swap_plans_without_offloading_and_warns():
+    """Where no async copy ops run (neither PyTorch's ``ao`` ops nor remat's own), a plan that
+    would offload is made without offloading, with one warning naming why; strict mode raises
+    instead."""
+    out = _worker("cnn-batchnorm", "0.8", "eager", "--no-async")
     _assert_eager_gradients(out)
     assert out["plans"] and all(p["offloads"] == 0 for p in out["plans"])
     # one offload warning (a budget warning may come too: 0.8 is met there only by a staged
@@ -64,10 +75,10 @@ def test_without_the_ao_ops_swap_plans_without_offloading_and_warns():
     offload = [w for w in out["warnings"] if w.startswith("RematOffloadWarning")]
     assert len(offload) == 1 and "no torch.ops.ao.offload" in offload[0]
     assert all(w.startswith(("RematOffloadWarning", "RematBudgetWarning")) for w in out["warnings"])
-    strict = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao", "--strict")
+    strict = _worker("cnn-batchnorm", "0.8", "eager", "--no-async", "--strict")
     assert "RematError" in strict["error"] and "strict=True" in strict["error"]
     assert not strict["plans"]
-    auto = _worker("cnn-batchnorm", "0.8", "eager", "--hide-ao", "--strict", "--solver=auto")
+    auto = _worker("cnn-batchnorm", "0.8", "eager", "--no-async", "--strict", "--solver=auto")
     _assert_eager_gradients(auto)  # auto plans without offloading, even strict, and says so once
     assert [w.split(":")[0] for w in auto["warnings"]] == ["RematOffloadWarning"]
     assert "remat plans without offloading here" in auto["warnings"][0]

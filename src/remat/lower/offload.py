@@ -10,14 +10,16 @@ device of the values (:func:`copies_for`):
   a copy back into a new buffer of the same layout. Both are plain synchronous copies, so
   every test runs here and checks values and gradients; they have fake implementations, so
   FakeTensor propagation and inductor compile them (as fallback kernels).
-- :class:`AsyncCopies` (CUDA and other accelerators): PyTorch's ``ao::offload``,
-  ``ao::reload`` and ``ao::wait_tensor`` (``torch._functorch._activation_offloading
-  .offload_ops``): the copies run on one transfer stream into pinned host buffers and the
-  compute stream waits on their events, never the host. ``ao.offload`` goes where the schedule
-  offloads, its ``ao.wait_tensor`` (``keepalive`` = the device tensor, whose storage it frees)
-  where the schedule frees the value; ``ao.reload`` where the schedule reloads, its wait just
-  before the value's first reader after it. A torch without these ops raises
-  :class:`~remat.errors.RematError` for a plan that offloads on such a device.
+- :class:`AsyncCopies` (CUDA and other accelerators): copies on a transfer stream into pinned
+  host buffers, the compute stream waiting on their events, never the host. The offload goes
+  where the schedule offloads, its wait where the schedule frees the value; the reload where
+  the schedule reloads, its wait just before the value's first reader after it. Which ops,
+  :func:`async_ops` says: PyTorch's ``ao::offload``, ``ao::reload`` and ``ao::wait_tensor``
+  (``torch._functorch._activation_offloading.offload_ops``) where this torch's have the
+  arguments the lowering passes (:func:`ao_problem`), else remat's own
+  ``remat::offload_async``, ``remat::reload_async`` and ``remat::wait_copy``
+  (:mod:`remat.lower.copy_ops`, for torch 2.10-2.12) on CUDA and XPU. Where neither runs, a
+  plan that offloads on such a device raises :class:`~remat.errors.RematError`.
 
 A lowering calls ``offload`` at ``offload v``, ``offloaded`` at the ``free v`` that follows,
 ``reload`` at ``reload v`` and ``reloaded`` before the first read after it, then ``finish``.
@@ -25,13 +27,16 @@ A lowering calls ``offload`` at ``offload v``, ``offloaded`` at the ``free v`` t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-import torch.fx as fx
+from torch import fx
 
 from ..errors import RematError
+from . import copy_ops
 
 try:  # registers ao::offload, ao::reload and ao::wait_tensor (recent torch only)
-    from torch._functorch._activation_offloading import offload_ops as _ao_ops  # noqa: F401
+    from torch._functorch._activation_offloading import offload_ops as _ao_ops
 except ImportError:  # pragma: no cover - depends on the torch version
     _ao_ops = None
 
@@ -67,17 +72,59 @@ HAS_AO = ao_problem() is None
 """Whether this torch's ``ao`` ops have the schemas remat lowers to (:func:`ao_problem`)."""
 
 
+@dataclass(frozen=True)
+class AsyncOps:
+    """One set of asynchronous copy ops: ``offload(x)``, ``reload(host, device, size,
+    stride)`` and ``wait(t, **{source: s})``, whose ``source`` keyword names the copy's
+    source as the wait's last use (it is never freed behind inductor's back)."""
+
+    name: str
+    offload: object
+    reload: object
+    wait: object
+    source: str
+
+
+def pytorch_ops() -> AsyncOps:
+    """PyTorch's ``ao`` copy ops (check :func:`ao_problem` first)."""
+    ao = torch.ops.ao
+    return AsyncOps("ao", ao.offload.default, ao.reload.default, ao.wait_tensor.default, "last_use_of_storage")
+
+
+REMAT_OPS = AsyncOps("remat", copy_ops.OFFLOAD, copy_ops.RELOAD, copy_ops.WAIT, "source")
+"""remat's own copy ops (:mod:`remat.lower.copy_ops`)."""
+
+REMAT_OPS_DEVICES = ("cuda", "xpu")
+"""Device types whose streams and events remat's own copy ops use (``torch.Stream``,
+``torch.Event``); CUDA includes ROCm."""
+
+
+def async_ops(device_type: str) -> AsyncOps | None:
+    """The asynchronous copy ops that lower offloads of values on ``device_type``: PyTorch's
+    ``ao`` ops where their schemas have what the lowering passes (:func:`ao_problem` is None),
+    else remat's own (:data:`REMAT_OPS`) on the devices they run on (:data:`REMAT_OPS_DEVICES`;
+    a CPU while a stand-in for their streams is installed, :data:`ASYNC_ON_CPU`), else None.
+    Decided at each call: nothing is cached."""
+    if ao_problem() is None:
+        return pytorch_ops()
+    if device_type in REMAT_OPS_DEVICES or device_type == "cpu" and ASYNC_ON_CPU:
+        return REMAT_OPS
+    return None
+
+
 def offload_support(device_type: str) -> tuple[bool, str]:
     """Whether remat can lower offloads for values on ``device_type``, and how (or why not):
-    remat's synchronous copies on a CPU, PyTorch's ``ao`` ops where their schemas match
-    (:func:`ao_problem`) elsewhere."""
+    remat's synchronous copies on a CPU, else the ops :func:`async_ops` picks."""
     if device_type == "cpu" and not ASYNC_ON_CPU:
         return True, "remat's synchronous host copies (CPU)"
-    problem = ao_problem()
-    if problem is not None:
-        return False, (f"{problem}: offloading on {device_type} lowers to PyTorch's async copy ops "
-                       f"ao.offload/ao.reload/ao.wait_tensor, so plans do not offload here")
-    return True, "PyTorch's ao copy ops on a transfer stream"
+    ops = async_ops(device_type)
+    if ops is None:
+        return False, (f"{ao_problem()}, and remat's own copy ops run on {'/'.join(REMAT_OPS_DEVICES)} "
+                       f"only: offloading on {device_type} has no async copy ops, so plans do not offload here")
+    if ops.name == "ao":
+        return True, "PyTorch's ao copy ops on a transfer stream"
+    return True, (f"remat's own copy ops (remat::offload_async/reload_async/wait_copy) on a side stream, "
+                  f"as {ao_problem()}")
 
 
 ASYNC_ON_CPU = False
@@ -169,33 +216,33 @@ class HostCopies:
 
 
 class AsyncCopies(HostCopies):
-    """PyTorch's ``ao`` ops: copies on a transfer stream, waits on the compute stream only
-    (see the module docstring).
+    """Asynchronous copy ops (``ops``, default: :func:`async_ops` for ``device_type``): copies
+    on a transfer stream, waits on the compute stream only (see the module docstring).
 
-    Every wait names the copy's source as ``last_use_of_storage``, never as ``keepalive``:
-    a ``keepalive`` wait frees the source's storage itself (``resize_(0)``), which inductor
-    does not know, so a kernel it places after the wait could write into that freed buffer
-    (on a CPU with the ops' stream parts stubbed, ``buf5 = buf0; del buf0  # reuse`` after
-    ``wait_tensor(buf2, buf0)`` segfaulted). With ``last_use_of_storage`` the wait is the
-    source's last reader as inductor sees it, and inductor frees it after the wait, once the
-    compute stream has waited for the copy."""
+    Every wait names the copy's source as its last use (``ops.source``: PyTorch's
+    ``last_use_of_storage``, remat's ``source``), never as PyTorch's ``keepalive``: a
+    ``keepalive`` wait frees the source's storage itself (``resize_(0)``), which inductor does
+    not know, so a kernel it places after the wait could write into that freed buffer (on a
+    CPU with the ops' stream parts stubbed, ``buf5 = buf0; del buf0  # reuse`` after
+    ``wait_tensor(buf2, buf0)`` segfaulted). Named as the last use, the source is freed after
+    the wait, as inductor sees it, once the compute stream has waited for the copy."""
 
-    def __init__(self) -> None:
-        problem = ao_problem()
-        if problem is not None:
+    def __init__(self, ops: AsyncOps | None = None, device_type: str = "cuda") -> None:
+        ops = async_ops(device_type) if ops is None else ops
+        if ops is None:
             raise RematError(
-                f"offloading on an accelerator lowers to torch.ops.ao.offload, ao.reload and "
-                f"ao.wait_tensor (torch._functorch._activation_offloading.offload_ops), and {problem}; "
-                f"use a torch release that has them, or plan without offloading (offload=False)")
-        ao = torch.ops.ao
-        self.OFFLOAD, self.RELOAD, self.WAIT = ao.offload.default, ao.reload.default, ao.wait_tensor.default
+                f"offloading on {device_type} lowers to async copy ops, and {ao_problem()}, while "
+                f"remat's own copy ops run on {'/'.join(REMAT_OPS_DEVICES)} only; plan without "
+                f"offloading (offload=False) or use a torch release whose ao ops the lowering can use")
+        self.ops = ops
+        self.OFFLOAD, self.RELOAD, self.WAIT = ops.offload, ops.reload, ops.wait
 
     def host_val(self, val: torch.Tensor) -> torch.Tensor:
-        return torch.empty(val.shape, dtype=val.dtype, device="cpu")  # ao.offload's host copy is contiguous
+        return torch.empty(val.shape, dtype=val.dtype, device="cpu")  # the host copy is contiguous
 
     def offloaded(self, graph, host, value):
         return _call(graph, self.WAIT, (host,), host.meta["val"], f"{host.name}_done",
-                     {"last_use_of_storage": value})
+                     {self.ops.source: value})
 
     def reload(self, graph, host, val, name):
         concrete = all(isinstance(v, int) for v in (*val.shape, *val.stride()))
@@ -209,7 +256,7 @@ class AsyncCopies(HostCopies):
 
     def reloaded(self, graph, pending, host):
         return _call(graph, self.WAIT, (pending,), pending.meta["val"], f"{pending.name}_done",
-                     {"last_use_of_storage": host})
+                     {self.ops.source: host})
 
 
 def _dense(size: list[int], stride: list[int]) -> bool:
@@ -226,17 +273,20 @@ def _dense(size: list[int], stride: list[int]) -> bool:
 
 
 def copies_for(values: list[fx.Node]) -> HostCopies:
-    """The ops that offload ``values``: remat's on the CPU, PyTorch's ``ao`` ops elsewhere."""
+    """The ops that offload ``values``: remat's synchronous ones on the CPU, asynchronous ones
+    (:func:`async_ops`) elsewhere."""
     devices = {_val(v).device.type for v in values}
     if not values or devices <= {"cpu"} and not ASYNC_ON_CPU:  # nothing to copy, or remat's CPU copies
         return HostCopies()
-    return AsyncCopies()
+    device = next((d for d in sorted(devices) if d != "cpu"), "cpu")
+    return AsyncCopies(device_type=device)
 
 
 def is_copy(node: fx.Node, kind: str) -> bool:
     """Whether ``node`` is an offload (``kind="offload"``), a reload or a wait of either
     (``"wait"``) written by this module."""
-    targets = {"offload": ("remat::offload", "ao::offload"), "reload": ("remat::reload", "ao::reload"),
-               "wait": ("ao::wait_tensor",)}[kind]
+    targets = {"offload": ("remat::offload", "ao::offload", "remat::offload_async"),
+               "reload": ("remat::reload", "ao::reload", "remat::reload_async"),
+               "wait": ("ao::wait_tensor", "remat::wait_copy")}[kind]
     name = getattr(getattr(node.target, "_schema", None), "name", None)
     return node.op == "call_function" and name in targets
