@@ -91,7 +91,7 @@ def resolve_profile(target, dtype=None) -> DeviceProfile:
     if isinstance(target, DeviceProfile):
         _no_dtype(target.name, dtype)
         return target
-    if isinstance(target, os.PathLike) or isinstance(target, str) and _looks_like_path(target):
+    if isinstance(target, os.PathLike):
         _no_dtype(str(target), dtype)
         return load_profile(target)
     if not isinstance(target, str):
@@ -105,6 +105,9 @@ def resolve_profile(target, dtype=None) -> DeviceProfile:
         return profile_for(low, dtype=None if dtype is None else dtype_name(dtype))
     base, named = _split_dtype(text)
     gpu = _ALIASES.get(re.sub(r"[^a-z0-9]", "", base.lower()))
+    if gpu is None and _looks_like_path(text):  # a name wins over a file of the same name
+        _no_dtype(text, dtype)
+        return load_profile(text)
     if gpu is None:
         raise OptionError(f"remat does not know the device {target!r}; name one of "
                           f"{', '.join(known_names())} (a dtype may follow a GPU's name: H100-bf16, "
