@@ -352,6 +352,9 @@ def test_remat_profile_writes_and_shows_profiles(measured, tmp_path, capsys):
     assert "wrote cpu, measured" in capsys.readouterr().out
     assert main(["profile", "--gpu", str(tmp_path / "cpu.json"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["peak_flops"] == FAKE.peak_flops
+    assert main(["profile", "--device", "cpu"]) == 0 and measured["profile"] == 1  # stored, not measured
+    assert main(["profile", "--device", "cpu", "--remeasure"]) == 0 and measured["profile"] == 2
+    capsys.readouterr()
     assert main(["profile", "--gpu", "H300"]) == 2
     assert "H100, H200" in capsys.readouterr().err
 

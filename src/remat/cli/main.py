@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
                    help="the training dtype (a named GPU: default bf16; measured: float32)")
     r.add_argument("--json", action="store_true", help="print the profile as JSON")
+    r.add_argument("--remeasure", action="store_true",
+                   help="measure again instead of reading the measurement stored for this device")
     r.set_defaults(module="profile")
 
     from . import fit  # no torch: the subcommand's arguments

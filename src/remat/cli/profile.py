@@ -4,7 +4,8 @@ On the GPU you will train on, ``remat profile -o h100.json`` measures it (matmul
 convolution rates at several sizes, bandwidth, the fixed cost of a kernel, its memory) and
 writes the file; anywhere else, ``remat plan GRAPH --profile h100.json`` (or ``remat.plan(..., profile="h100.json")``) plans for it.
 ``remat profile --gpu H100`` prints (or with ``-o`` writes) a GPU's datasheet profile;
-``--gpu FILE`` shows a file's.
+``--gpu FILE`` shows a file's. A measurement is stored for the next process
+(:mod:`remat.cost.probes`); ``--remeasure`` measures again.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def run(args) -> int:
         what = f"the profile of {args.gpu}"
     else:
         device = args.device or _default_device()
+        if args.remeasure:
+            forget(device, args.dtype)
         profile = resolve_profile(device, dtype=args.dtype)
         what = f"{device}, measured"
     if args.out is not None:
@@ -35,6 +38,18 @@ def run(args) -> int:
         return 0
     print(describe(profile))
     return 0
+
+
+def forget(device: str, dtype: str | None) -> None:
+    """Delete the measurement of ``device`` stored for this process's settings (the next
+    :func:`~remat.cost.profiles.resolve_profile` measures it again and stores the new one)."""
+    from ..cost import calibrate, probes
+
+    path = probes.probe_path("profile", calibrate.identity(device, dtype))
+    if path is not None:
+        path.unlink(missing_ok=True)
+    calibrate.cpu_profile.cache_clear()  # and this process's copy
+    calibrate.cuda_profile.cache_clear()
 
 
 def _default_device() -> str:
@@ -57,4 +72,4 @@ def describe(profile) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["describe", "run"]
+__all__ = ["describe", "forget", "run"]
