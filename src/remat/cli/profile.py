@@ -16,6 +16,7 @@ from ..cost.profiles import memory_bytes, profile_key, resolve_profile, save_pro
 
 
 def run(args) -> int:
+    described = None
     if args.gpu is not None:
         profile = resolve_profile(args.gpu, dtype=args.dtype)
         what = f"the profile of {args.gpu}"
@@ -25,8 +26,9 @@ def run(args) -> int:
             forget(device, args.dtype)
         profile = resolve_profile(device, dtype=args.dtype)
         what = f"{device}, measured"
+        described = _described(device, args.dtype)
     if args.out is not None:
-        path = save_profile(profile, args.out)
+        path = save_profile(profile, args.out, device=described)
         print(f"wrote {what} to {path} (key {profile_key(profile)})")
         if args.json:
             print(path.read_text(), end="")
@@ -50,6 +52,15 @@ def forget(device: str, dtype: str | None) -> None:
         path.unlink(missing_ok=True)
     calibrate.cpu_profile.cache_clear()  # and this process's copy
     calibrate.cuda_profile.cache_clear()
+
+
+def _described(device: str, dtype: str | None) -> str:
+    """The device a measurement was made on, as a profile file records it: a GPU's name, or a
+    CPU's model and torch's threads."""
+    from ..cost.calibrate import identity
+
+    ident = identity(device, dtype)
+    return ident["device"] if ident["device"] != "cpu" else f"cpu: {ident['cpu']}, {ident['threads']} threads"
 
 
 def _default_device() -> str:
