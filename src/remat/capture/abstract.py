@@ -139,8 +139,8 @@ def fake_step(model: Any, args: tuple, kwargs: dict) -> Iterator[tuple[tuple, di
             return t
         out = memo.get(id(t))
         if out is None:
-            elem = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-            out = FakeTensor(mode, elem, CAPTURE_DEVICE)
+            with mode:  # made by the mode itself, as a model built under it would be
+                out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=CAPTURE_DEVICE)
             if isinstance(t, torch.nn.Parameter):
                 out = torch.nn.Parameter(out, requires_grad=t.requires_grad)
             elif t.requires_grad:
@@ -159,7 +159,7 @@ def fake_step(model: Any, args: tuple, kwargs: dict) -> Iterator[tuple[tuple, di
                             table[name] = fake(t)
         args = torch.utils._pytree.tree_map_only(torch.Tensor, fake, args)
         kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, fake, kwargs)
-        with mode:
+        with mode:  # what the step creates is fake too: nothing of the model's size is allocated
             yield args, kwargs
     finally:
         for table, name, t in reversed(swapped):
@@ -181,9 +181,9 @@ def inputs_for(model: Any, args: tuple, kwargs: dict, inputs: Shapes | None) -> 
     clash = sorted(set(kwargs) & set(inputs.kwargs))
     if clash:
         raise OptionError(f"{', '.join(map(repr, clash))} given twice: as a keyword and in inputs=")
-    device = "meta" if abstract else _device_of(model)
+    device = torch.device("meta") if abstract else _device_of(model)
     more_args, more_kwargs = inputs.tensors(device)
-    return (*args, *more_args), {**kwargs, **more_kwargs}, abstract or device == "meta"
+    return (*args, *more_args), {**kwargs, **more_kwargs}, device.type == "meta"
 
 
 def _device_of(model: Any) -> torch.device:

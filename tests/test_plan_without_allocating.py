@@ -1,0 +1,124 @@
+"""Planning a model that is never allocated: built on the meta device or under FakeTensorMode,
+its inputs given as shapes, planned for a GPU that is not here (remat.capture.abstract and
+remat.capture.target). The plan must be the one a real capture of the same shapes and dtypes
+gives: the same graph, the same predicted peak to the byte."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import remat
+from remat.cost.model import DeviceProfile
+from remat.capture.target import Target
+from remat.cost.profiles import memory_bytes, resolve_profile
+
+transformers = pytest.importorskip("transformers")
+
+BATCH, SEQ = 2, 64
+
+
+def _config():
+    return transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                    num_attention_heads=2, num_key_value_heads=2, vocab_size=128,
+                                    max_position_embeddings=SEQ)
+
+
+def _llama(device):
+    torch.manual_seed(0)
+    with torch.device(device):
+        return transformers.LlamaForCausalLM(_config())
+
+
+def _shapes():
+    return remat.shapes(input_ids=((BATCH, SEQ), torch.long), labels=((BATCH, SEQ), torch.long))
+
+
+@pytest.fixture(scope="module")
+def plans():
+    """The same tiny Llama planned from real CPU tensors, from the meta device (inputs as
+    shapes), and from the meta device for an H100."""
+    real = _llama("cpu")
+    ids, labels = torch.zeros(BATCH, SEQ, dtype=torch.long), torch.zeros(BATCH, SEQ, dtype=torch.long)
+    meta = _llama("meta")
+    return {
+        "real": remat.plan(real, input_ids=ids, labels=labels, use_cache=False, strict=True, cache=False),
+        "meta": remat.plan(meta, inputs=_shapes(), strict=True, cache=False),
+        "h100": remat.plan(meta, inputs=_shapes(), device="H100", strict=True, cache=False),
+        "model": meta,
+    }
+
+
+def test_meta_llama_plans_as_the_real_capture(plans):
+    real, meta = plans["real"], plans["meta"]
+    assert len(meta.graph) == len(real.graph)
+    assert meta.peak_bytes == real.peak_bytes
+    assert sorted(s.name for s in meta.saved) == sorted(s.name for s in real.saved)
+    assert meta.predicted_seconds == real.predicted_seconds
+    assert meta.graph.meta["device"] == real.graph.meta["device"] == {"type": "cpu", "dtype": "float32"}
+    # the attention is CPU flash attention (what a real capture gets), not the math path
+    # PyTorch takes on the meta device, which materializes the attention matrix
+    assert any("flash_attention" in n.op for n in meta.graph.nodes)
+    # the model's own tensors are back on the meta device
+    assert all(p.device.type == "meta" for p in plans["model"].parameters())
+
+
+def test_fake_tensor_mode_model_plans_as_the_real_capture(plans):
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = _llama("cpu")
+        ids, labels = torch.zeros(BATCH, SEQ, dtype=torch.long), torch.zeros(BATCH, SEQ, dtype=torch.long)
+    fake = remat.plan(model, input_ids=ids, labels=labels, strict=True, cache=False)
+    assert fake.peak_bytes == plans["real"].peak_bytes
+    assert len(fake.graph) == len(plans["real"].graph)
+
+
+def test_target_records_the_gpu_and_prices_with_its_profile(plans):
+    cpu, h100 = plans["meta"], plans["h100"]
+    device = h100.graph.meta["device"]
+    assert device["type"] == "cuda" and device["name"] == "H100" and device["target"] is True
+    assert device["dtype"] == "float32"
+    assert device["profile"]["name"] == resolve_profile("H100", dtype="float32").name
+    assert device["memory_bytes"] == memory_bytes(resolve_profile("H100"))
+    assert h100.peak_bytes == cpu.peak_bytes  # memory does not depend on the device here
+    assert h100.predicted_seconds < cpu.predicted_seconds / 1.5  # an H100 is faster than this CPU
+
+
+def test_profile_object_is_recorded():
+    """A measured profile (an object or a file ``remat profile`` wrote) is what the graph
+    records, with the captured step's dtype (no capture needed: the same record the
+    partitioner writes into every captured graph's meta)."""
+    profile = DeviceProfile("my-gpu (measured)", 100e12, 2e12, 5e-6)
+    device = Target.create(profile=profile).device_meta({"type": "cpu", "dtype": "bfloat16"})
+    assert device["type"] == "cuda" and device["target"] is True and device["dtype"] == "bfloat16"
+    assert device["profile"]["peak_flops"] == 100e12 and device["profile"]["bandwidth"] == 2e12
+    cpu = Target.create(device="cpu").device_meta({"type": "cpu", "dtype": "float32"})
+    assert cpu["type"] == "cpu" and cpu["profile"]["name"] == "cpu"
+
+
+def test_function_of_shapes_plans_as_real():
+    """seeds/003's f(a, b, c, d) = cos(cos(a + b + c + d)), its inputs given as shapes."""
+    def f1(a, b, c, d):
+        return (a + b + c + d).cos().cos()
+
+    spec = ((1024,), torch.float32, True)
+    abstract = remat.plan(f1, inputs=remat.shapes(spec, spec, spec, spec), cache=False)
+    real = remat.plan(f1, *[torch.randn(1024, requires_grad=True) for _ in range(4)], cache=False)
+    assert [s.name for s in abstract.saved_activations] == [s.name for s in real.saved_activations] == ["add_2"]
+    assert abstract.peak_bytes == real.peak_bytes
+
+
+def test_what_cannot_work_says_why(plans):
+    model = plans["model"]
+    with pytest.raises(remat.OptionError, match="meta device or fake.*remat.plan"):
+        remat.compile(model)
+    with pytest.raises(remat.OptionError, match="not a shape"):
+        remat.shapes(input_ids=((8, 4096), "long"))
+    with pytest.raises(remat.OptionError, match="cannot require grad"):
+        remat.shapes(((8,), torch.long, True))
+    with pytest.raises(remat.OptionError, match="Z80"):
+        remat.plan(model, inputs=_shapes(), device="Z80")
+    with pytest.raises(remat.OptionError, match="remat.shapes"):
+        remat.plan(model, inputs={"input_ids": (BATCH, SEQ)})
+    with pytest.raises(remat.OptionError, match="given twice"):
+        remat.plan(model, torch.zeros(1), inputs=_shapes(), labels=torch.zeros(1))
