@@ -6,9 +6,10 @@ batch 8 x 128 tokens, vocabulary 512), calls ``remat.checkpoint(model)`` and tim
 training step (forward and backward; the capture and planning of the blocks included), and counts
 the device measurements it made (``remat.cost.calibrate``'s probes: the CPU profile and SAC's
 dispatch overhead). All processes share one cache folder (``REMAT_CACHE_DIR``): a first process,
-not reported, fills it with the plans and the probes; then ``measured`` processes start with its
-``probes`` folder deleted and ``stored`` processes with it kept, alternating, so load on the
-machine falls on both alike. Plans come from the cache in every reported row.
+not reported, warms the machine's file caches and stores the probes; then ``measured`` processes
+start with its ``probes`` folder deleted and ``stored`` processes with it kept, alternating, so
+load on the machine falls on both alike. Every process captures and plans its blocks (the eager
+path has no plan cache).
 
     python benchmarks/probe_cache.py [--processes 3]
 
