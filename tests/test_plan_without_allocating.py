@@ -10,8 +10,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import remat
-from remat.cost.model import DeviceProfile
 from remat.capture.target import Target
+from remat.cost.model import DeviceProfile
 from remat.cost.profiles import memory_bytes, resolve_profile
 
 transformers = pytest.importorskip("transformers")
