@@ -122,3 +122,24 @@ def test_what_cannot_work_says_why(plans):
         remat.plan(model, inputs={"input_ids": (BATCH, SEQ)})
     with pytest.raises(remat.OptionError, match="given twice"):
         remat.plan(model, torch.zeros(1), inputs=_shapes(), labels=torch.zeros(1))
+
+
+def test_cli_captures_on_meta_and_plans_for_a_gpu(tmp_path, capsys):
+    """``remat capture --abstract meta --device H100`` writes the graph a real capture writes,
+    planned for the H100; ``remat plan --device H100`` plans the real one for it alike."""
+    import json
+
+    from remat.cli.main import main
+
+    meta, real = tmp_path / "meta.json", tmp_path / "real.json"
+    assert main(["capture", "--model", "mlp", "--abstract", "meta", "--device", "H100", "--out", str(meta)]) == 0
+    assert main(["capture", "--model", "mlp", "--out", str(real)]) == 0
+    capsys.readouterr()
+    out = {}
+    for name, argv in (("meta", [str(meta)]), ("real-h100", [str(real), "--device", "H100"]), ("real", [str(real)])):
+        assert main(["plan", *argv, "--json"]) == 0
+        out[name] = json.loads(capsys.readouterr().out)
+    assert remat.load_graph(meta).meta["device"]["name"] == "H100"
+    assert out["meta"]["peak_bytes"] == out["real-h100"]["peak_bytes"] == out["real"]["peak_bytes"]
+    assert out["meta"]["predicted_seconds"] == out["real-h100"]["predicted_seconds"]
+    assert out["meta"]["predicted_seconds"] != out["real"]["predicted_seconds"]
