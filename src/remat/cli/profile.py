@@ -34,7 +34,7 @@ def run(args) -> int:
             print(path.read_text(), end="")
         return 0
     if args.json:
-        from ..cost.profiles import profile_record
+        from ..cost.profile_json import profile_record
 
         print(json.dumps(profile_record(profile), indent=1))
         return 0

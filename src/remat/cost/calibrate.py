@@ -322,7 +322,7 @@ def _measure_sac() -> float:
 
 
 def _stored_profile(device: str, dtype: str | None, measure) -> DeviceProfile:
-    from .profiles import profile_entry, profile_from_entry
+    from .profile_json import profile_entry, profile_from_entry
 
     ident = identity(device, dtype)
     return probes.stored("profile", ident, measure,

@@ -28,32 +28,32 @@ A profile file is JSON::
 
 ``source`` is ``"measured"`` or ``"datasheet"``; ``device`` and ``torch`` say what it was
 measured on (null for a datasheet's). A file remat cannot use is an
-:class:`~remat.errors.OptionError` naming the file and what is wrong.
+:class:`~remat.errors.OptionError` naming the file and what is wrong
+(:mod:`remat.cost.profile_json` turns a profile into this JSON and back).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import itertools
 import json
-import math
 import os
 import re
 from pathlib import Path
 
 from ..errors import OptionError
-from .model import DATASHEETS, DTYPES, DeviceProfile, datasheet_profile
-
-PROFILE_FORMAT = "remat-device-profile"
-PROFILE_VERSION = 1
-"""The version of a profile file's layout; bumped when its fields change meaning."""
+from .model import DATASHEETS, DeviceProfile, datasheet_profile
+from .profile_json import (
+    PROFILE_FORMAT,
+    PROFILE_VERSION,
+    file_error,
+    profile_entry,
+    profile_from_entry,
+    profile_record,
+)
 
 _DTYPE_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
                 "fp32": "fp32", "float32": "fp32", "float": "fp32"}
 _ALIASES = {re.sub(r"[^a-z0-9]", "", gpu.lower()): gpu for gpu in DATASHEETS} | {"a100": "A100-80GB"}
-_CURVES = ("matmul_curve", "conv_curve", "bandwidth_curve")
-_OPTIONAL = ("op_seconds", "view_seconds", "memory")
 
 
 def known_names() -> list[str]:
@@ -147,21 +147,6 @@ def memory_bytes(profile_or_name) -> int | None:
     return resolve_profile(profile_or_name).memory
 
 
-def profile_record(profile: DeviceProfile) -> dict:
-    """``profile``'s fields as plain JSON values (curves as lists of ``[x, rate]`` pairs)."""
-    out = {}
-    for f in dataclasses.fields(DeviceProfile):
-        v = getattr(profile, f.name)
-        if f.name in _CURVES:
-            v = [[float(x), float(r)] for x, r in v]
-        elif f.name == "memory":
-            v = None if v is None else int(v)
-        elif f.name != "name" and v is not None:
-            v = float(v)
-        out[f.name] = v
-    return out
-
-
 def profile_key(profile: DeviceProfile) -> str:
     """A short stable hash (16 hex digits) of ``profile``'s numbers, not its name: two profiles
     that price every op alike share a key (an H100's bf16 and fp16), any number that differs
@@ -176,29 +161,6 @@ def profile_key(profile: DeviceProfile) -> str:
     record.pop("name")
     text = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _source(profile: DeviceProfile) -> tuple[str, str | None]:
-    """("datasheet" | "measured", the device it describes)."""
-    names = {datasheet_profile(gpu, d).name: gpu for gpu in DATASHEETS for d in DTYPES}
-    if profile.name in names and profile == datasheet_profile(names[profile.name], profile.name.rsplit("-", 1)[1]):
-        return "datasheet", DATASHEETS[names[profile.name]].label
-    return "measured", profile.name.removesuffix(" (measured)")
-
-
-def profile_entry(profile: DeviceProfile, *, device: str | None = None,
-                  torch_version: str | None = None) -> dict:
-    """The content of ``profile``'s profile file (:func:`save_profile` says the defaults)."""
-    source, described = _source(profile)
-    if torch_version is None and source == "measured":
-        from importlib import metadata
-
-        try:
-            torch_version = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            torch_version = None
-    return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "source": source,
-            "device": device or described, "torch": torch_version, "profile": profile_record(profile)}
 
 
 def save_profile(profile: DeviceProfile, path, *, device: str | None = None,
@@ -239,64 +201,8 @@ def load_profile(path) -> DeviceProfile:
     try:
         entry = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise _bad(path, f"it is not JSON ({type(e).__name__}: {e})") from None
+        raise file_error(path, f"it is not JSON ({type(e).__name__}: {e})") from None
     return profile_from_entry(entry, path)
-
-
-def profile_from_entry(entry, path) -> DeviceProfile:
-    """The profile of a profile file's parsed content (``path`` names it in errors)."""
-    if not isinstance(entry, dict) or entry.get("format") != PROFILE_FORMAT:
-        raise _bad(path, f'it is not a remat device profile (no "format": "{PROFILE_FORMAT}")')
-    if entry.get("version") != PROFILE_VERSION:
-        raise _bad(path, f"it has version {entry.get('version')!r}; this remat reads version {PROFILE_VERSION}")
-    record = entry.get("profile")
-    if not isinstance(record, dict):
-        raise _bad(path, 'it has no "profile" object')
-    fields = {f.name: f for f in dataclasses.fields(DeviceProfile)}
-    unknown = sorted(set(record) - set(fields))
-    if unknown:
-        raise _bad(path, f"its profile has fields this remat does not know: {', '.join(unknown)}")
-    kw = {}
-    for name, f in fields.items():
-        if name not in record:
-            if f.default is dataclasses.MISSING:
-                raise _bad(path, f"its profile has no {name!r}")
-            continue
-        kw[name] = _field(path, name, record[name])
-    return DeviceProfile(**kw)
-
-
-def _field(path, name: str, v):
-    if name == "name":
-        if not isinstance(v, str) or not v:
-            raise _bad(path, "its profile's name is not a string")
-        return v
-    if name in _OPTIONAL and v is None:
-        return None
-    if name in _CURVES:
-        if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 for p in v):
-            raise _bad(path, f"its {name} is not a list of [size, rate] pairs")
-        curve = tuple((_number(path, f"{name} size", x), _number(path, f"{name} rate", r)) for x, r in v)
-        if any(b[0] <= a[0] for a, b in itertools.pairwise(curve)):
-            raise _bad(path, f"its {name} is not in ascending order of size")
-        return curve
-    if name == "memory":
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise _bad(path, f"its memory is {v!r}, not a positive number of bytes")
-        return v
-    zero_ok = name in ("launch_seconds", "conv_workspace", "op_seconds", "view_seconds", "element_seconds")
-    return _number(path, name, v, zero_ok)
-
-
-def _number(path, what: str, v, zero_ok: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v == 0 and not zero_ok:
-        raise _bad(path, f"its {what} is {v!r}, not a {'non-negative' if zero_ok else 'positive'} number")
-    return float(v)
-
-
-def _bad(path, why: str) -> OptionError:
-    return OptionError(f"remat cannot use the device profile {str(path)!r}: {why}. Write it again with "
-                       "`remat profile -o FILE` on the device")
 
 
 __all__ = ["PROFILE_FORMAT", "PROFILE_VERSION", "dtype_name", "known_names", "load_profile", "memory_bytes",
