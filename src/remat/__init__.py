@@ -33,11 +33,18 @@ __version__ = "0.2.0"
 _TORCH = ("compile", "plan", "plan_all", "frontier", "shapes", "checkpoint", "policy")
 
 
+_CHUNKED = ("linear_cross_entropy", "chunked_loss")
+
+
 def __getattr__(name: str):
     if name in ("checkpoint", "policy"):  # eager training: remat.eager
         import importlib
 
         return getattr(importlib.import_module(f".eager.{name}", __name__), name)
+    if name in _CHUNKED:  # a loss along the tokens, for any model's hidden states
+        from .eager import chunked
+
+        return getattr(chunked, name)
     if name in _TORCH:
         from . import api
 
@@ -58,6 +65,7 @@ def _register() -> None:
 _register()
 
 __all__ = ["Graph", "Node", "Plan", "PlanStatus", "Decision", "SavedValue", "Schedule", "load_graph", "save_graph",
-           "solve", "compile", "plan", "plan_all", "frontier", "shapes", "checkpoint", "policy", "RematError", "GraphError", "PlanError",
+           "solve", "compile", "plan", "plan_all", "frontier", "shapes", "checkpoint", "policy",
+           "linear_cross_entropy", "chunked_loss", "RematError", "GraphError", "PlanError",
            "UnsupportedGraphError", "OptionError", "BudgetError", "InfeasibleBudgetError",
            "RematFallbackWarning", "RematCacheWarning", "RematBudgetWarning", "RematOffloadWarning"]

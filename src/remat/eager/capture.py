@@ -247,6 +247,25 @@ def _autocast_state() -> tuple:
 
 
 @contextlib.contextmanager
+def _submodule_hooks_off(module):
+    """The forward hooks of ``module``'s submodules off while the capture runs it: the capture is
+    not a step, and a hook that records outputs (transformers' recorder of an MoE's router
+    logits, which its load-balancing loss reads) would count the capture's as the step's."""
+    saved = []
+    if isinstance(module, torch.nn.Module):
+        for m in module.modules():
+            if m is module or not (m._forward_hooks or m._forward_pre_hooks):
+                continue
+            saved.append((m, m._forward_hooks, m._forward_pre_hooks))
+            m._forward_hooks, m._forward_pre_hooks = type(m._forward_hooks)(), type(m._forward_pre_hooks)()
+    try:
+        yield
+    finally:
+        for m, hooks, pre in saved:
+            m._forward_hooks, m._forward_pre_hooks = hooks, pre
+
+
+@contextlib.contextmanager
 def _autocast_cache_off():
     was = torch.is_autocast_cache_enabled()
     torch.set_autocast_cache_enabled(False)
@@ -308,6 +327,7 @@ def capture_block(forward, args: tuple, kwargs: dict, module: torch.nn.Module) -
             stack.enter_context(_autocast_cache_off())
             stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
             stack.enter_context(recorder)
+            stack.enter_context(_submodule_hooks_off(module))
             out = forward(*args_c, **kwargs_c)
     except Exception as e:  # the block cannot be captured: run it unwrapped
         return BlockCapture([], input_bytes, 0, 0, supported=False,

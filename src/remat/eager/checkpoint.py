@@ -13,18 +13,19 @@ instance attribute) by one that checkpoints it.
 from __future__ import annotations
 
 import functools
-import warnings
+import inspect
 
 import torch
 from torch.utils.checkpoint import checkpoint as _torch_checkpoint
 
 from ..errors import OptionError
 from .blocks import enable_transformers_checkpointing
+from .lm_head import chunked_forward
 from .policy import Planner, RematPolicy, _raw_forward
 
 
 def checkpoint(model: torch.nn.Module, budget="full", blocks=None, *, strict: bool = False,
-               offload: bool = False, profile=None, route: str = "auto") -> torch.nn.Module:
+               offload: bool = False, profile=None, route: str = "auto", head: bool = True) -> torch.nn.Module:
     """Plan and apply selective activation checkpointing to ``model``'s blocks; returns ``model``.
 
     - ``budget``: for the whole training step. A fraction ``f`` (``0.5``, ``"50%"``) is ``f`` times
@@ -45,6 +46,13 @@ def checkpoint(model: torch.nn.Module, budget="full", blocks=None, *, strict: bo
       :func:`remat.eager.offload.wrap_sac_contexts`; a block left unwrapped keeps what autograd
       saves on the device. The plan's ``decisions`` (:func:`remat.eager.plan.decisions`) map each
       op call ``(op name, call index)`` to ``"save"``, ``"recompute"`` or ``"offload"``.
+    - ``head``: on a transformers causal LM (peft's wrappers included), plan its head and loss
+      too: in a training call with ``labels``, the output embedding, the model's logit
+      post-processing and its loss run along the tokens a chunk at a time, with the
+      gradients of each chunk taken in the forward (Liger-Kernel's fused linear cross-entropy,
+      in plain torch: :mod:`remat.eager.lm_head`), when the budget asks for it; the loss and its
+      gradients are the model's and ``outputs.logits`` is None. ``head=False`` keeps the model's
+      own head. Any other model can call :func:`remat.linear_cross_entropy` on its hidden states.
     - ``route``: ``"auto"`` (transformers' ``activation_checkpointing_enable`` on models with
       ``supports_gradient_checkpointing``, else remat's own wrapper), ``"transformers"`` or ``"wrap"``.
 
@@ -58,7 +66,10 @@ def checkpoint(model: torch.nn.Module, budget="full", blocks=None, *, strict: bo
     old = getattr(model, "_remat_planner", None)
     if old is not None:
         _undo(model, old)
-    planner = Planner(model, budget=budget, blocks=blocks, strict=strict, profile=profile, offload=offload)
+    if not isinstance(head, bool):
+        raise OptionError(f"head must be True (plan the head and loss of a causal LM) or False, not {head!r}")
+    planner = Planner(model, budget=budget, blocks=blocks, strict=strict, profile=profile, offload=offload,
+                      head=head)
     hf = bool(getattr(model, "supports_gradient_checkpointing", False)) and hasattr(model, "gradient_checkpointing_enable")
     if route == "transformers" and not hf:
         raise OptionError(f"{type(model).__name__} does not support transformers' gradient checkpointing: "
@@ -73,6 +84,10 @@ def checkpoint(model: torch.nn.Module, budget="full", blocks=None, *, strict: bo
     else:
         for name, m in planner.blocks:
             m.forward = functools.partial(_checkpointed_forward, planner, name, m, _raw_forward(m))
+    if planner.head is not None:
+        lm = planner.head.model
+        lm.forward = _with_signature(functools.partial(chunked_forward, planner, planner.head, lm.forward),
+                                     lm.forward)
     model._remat_planner = planner
     model.remat_summary = planner.summary
     return model
@@ -94,9 +109,18 @@ def _checkpointed_forward(planner: Planner, name: str, module, forward, *args, *
                              **kwargs)
 
 
+def _with_signature(fn, like):
+    """``fn`` showing ``like``'s signature and docstring (transformers' Trainer keeps only the
+    dataset columns the forward's signature names)."""
+    wrapped = functools.wraps(like)(lambda *args, **kwargs: fn(*args, **kwargs))
+    wrapped.__signature__ = inspect.signature(like)
+    return wrapped
+
+
 def _undo(model, planner: Planner) -> None:
     planner.remove_hooks()
-    for _, m in planner.blocks:
+    modules = [m for _, m in planner.blocks] + ([planner.head.model] if planner.head is not None else [])
+    for m in modules:
         if "forward" in m.__dict__:
             del m.__dict__["forward"]
     for attr in ("_remat_planner", "remat_summary"):

@@ -30,6 +30,7 @@ from ..cost.model import DeviceProfile
 from ..plans.budget import Budget, format_bytes
 from .blocks import find_blocks
 from .capture import _autocast_state, capture_block, storage_bytes, storage_key
+from .lm_head import HEAD
 from .plan import BlockPlan, Choice, Outside, block_plan, choose, step_peak
 
 _profiles: dict = {}
@@ -100,7 +101,7 @@ class Planner:
 
     def __init__(self, model: torch.nn.Module, *, budget=FULL, blocks=None, strict: bool = False,
                  profile=None, offload: bool = False, single: bool = False,
-                 sac_overhead_s: float | None = None) -> None:
+                 sac_overhead_s: float | None = None, head: bool = False) -> None:
         if not isinstance(model, torch.nn.Module):
             raise OptionError(f"remat plans the blocks of a torch.nn.Module, not {type(model).__name__}")
         if not isinstance(strict, bool):
@@ -141,6 +142,13 @@ class Planner:
         self._warned: set = set()
         self._measure: dict | None = None
         self._input_keys: set = set()
+        self.head = None  # remat.eager.lm_head.LMHead when the step's head is planned
+        self.head_front: list | None = None
+        self.head_why: str | None = None
+        if head and not single:
+            from .lm_head import find_causal_lm
+
+            self.head = find_causal_lm(model)
 
     # -- hooks ---------------------------------------------------------------------------------
     def install_hooks(self) -> None:
@@ -204,7 +212,8 @@ class Planner:
         kept = 0
         from torch.utils._pytree import tree_flatten
         flat = tree_flatten(output if not hasattr(output, "to_tuple") else output.to_tuple())[0]
-        for t in {storage_key(t): t for t in flat if isinstance(t, torch.Tensor)}.values():
+        planned = getattr(output, "logits", None) if self.head_front else None  # in the head's points
+        for t in {storage_key(t): t for t in flat if isinstance(t, torch.Tensor) and t is not planned}.values():
             if storage_key(t) not in seen and t.numel() > 1:
                 kept += storage_bytes(t)
         self.outside = Outside(before=sum(b for k, b in seen.items() if k in before),
@@ -284,9 +293,13 @@ class Planner:
             # backward, the rest of the step being the caller's
             fronts.append([dataclasses.replace(p, live=0) for p in bp.frontier] if self.single else bp.frontier)
             plans.append(bp)
+        fulls = [dataclasses.replace(bp.full, live=0) if self.single else bp.full for bp in plans]
+        if self.head_front:  # the head runs after the blocks: its backward first
+            names.append(HEAD)
+            fronts.append(self.head_front)
+            fulls.append(self.head_front[0])  # full checkpointing keeps the model's own head
         eager = step_peak([f[0] for f in fronts], self.outside)
-        full = step_peak([dataclasses.replace(bp.full, live=0) if self.single else bp.full for bp in plans],
-                         self.outside)
+        full = step_peak(fulls, self.outside)
         b = self.budget
         if b == FULL:
             target, asked = full, "full checkpointing's peak"
@@ -303,8 +316,7 @@ class Planner:
             # prediction is sure of leave room (its gradient estimate is left out, so a
             # pessimistic estimate does not make room that the real step lacks)
             sure = [[dataclasses.replace(p, live=p.live - p.gradients) for p in f] for f in fronts]
-            target = step_peak([dataclasses.replace(bp.full, live=bp.full.live - bp.full.gradients)
-                                for bp in plans], self.outside)
+            target = step_peak([dataclasses.replace(p, live=p.live - p.gradients) for p in fulls], self.outside)
             c = choose(sure, target, self.outside)
             by_point = [{id(q): p for p, q in zip(f, sf)} for f, sf in zip(fronts, sure)]
             c = Choice([m[id(q)] for m, q in zip(by_point, c.points)], step_peak(
@@ -332,6 +344,34 @@ class Planner:
             if (target, least) not in self._warned:
                 self._warned.add((target, least))
                 warnings.warn(msg, RematBudgetWarning, stacklevel=4)
+
+    # -- the head ------------------------------------------------------------------------------
+    def plan_head(self, front: list) -> None:
+        """The head's points for this call (:meth:`remat.eager.lm_head.LMHead.frontier`): the
+        step is planned again when they are new."""
+        if front is not self.head_front:
+            self.head_front = front
+            self.replan()
+
+    def head_unsupported(self, why: str) -> None:
+        if self.head_why is None:
+            self.head_why = why
+            warnings.warn(f"remat keeps {type(self.head.model).__name__}'s own head and loss (not split along "
+                          f"the tokens): {why}", RematFallbackWarning, stacklevel=4)
+        if self.head_front is not None:
+            self.head_front = None
+            self.replan()
+
+    def head_profile(self):
+        w = self.head.linear.weight
+        return self.profile or device_profile(w.device.type)
+
+    def enter_head(self) -> None:
+        """The head runs: what autograd saves now is the head's (planned), not the outside's."""
+        self._tls.current = HEAD
+
+    def exit_head(self) -> None:
+        self._tls.current = None
 
     # -- SAC -----------------------------------------------------------------------------------
     @staticmethod

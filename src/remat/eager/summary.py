@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..plans.budget import format_bytes
+from .lm_head import HEAD
 from .plan import step_peak
 
 
@@ -80,6 +81,14 @@ class Summary:
                                                      if i not in point.kept and o.category != "view"]
             self.rows.append(BlockRow(bp.cls, names, kind, saved, recomputed, point.held, bp.frontier[0].held,
                                       bp.full.held, point.recompute, offloaded))
+        self.head = None  # (the head's chosen point, its unchunked point) when the head is planned
+        front = getattr(planner, "head_front", None)
+        if front:
+            p = planner.choice.get(HEAD) or front[0]
+            self.head = (p, front[0])
+            chosen.append(p)
+            fulls.append(front[0])
+            eagers.append(front[0])
         out = planner.outside
         self.peak = step_peak(chosen, out) if chosen else 0
         self.peak_eager = step_peak(eagers, out) if eagers else 0
@@ -109,6 +118,15 @@ class Summary:
                 lines.append(f"    recomputed: {_ops(r.recomputed) or '(nothing)'}")
                 if r.offloaded:
                     lines.append(f"    offloaded: {_ops(r.offloaded)}")
+        if self.head is not None:
+            hp, own = self.head
+            how = "the model's own" if hp.unwrapped else f"split along the tokens, {hp.label.split()[-1]} a chunk"
+            lines.append(f"  head and loss ({type(p.head.model).__name__}): {how}")
+            lines.append(f"    holds {format_bytes(hp.held)} from its forward to its backward (its own "
+                         f"{format_bytes(own.held)}), {format_bytes(hp.live)} while it runs (its own "
+                         f"{format_bytes(own.live)})")
+        elif getattr(p, "head_why", None):
+            lines.append(f"  head and loss: the model's own ({p.head_why})")
         e = self.peak_eager or 1
         lines.append(f"  predicted peak above resident: {format_bytes(self.peak)} = {self.peak / e:.3f} of no "
                      f"checkpointing ({format_bytes(self.peak_eager)}); full checkpointing "
