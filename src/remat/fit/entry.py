@@ -80,11 +80,11 @@ def _capacity(gpu, memory, reserve) -> tuple[int, object, str]:
     return cap, profile, (profile.name if profile is not None else "memory given")
 
 
-def fit(model: str, gpu: str | None = "H100", *, optimizer: str = "adamw", dtype: str = "bf16",
+def fit(model: str, gpu: str | None = None, *, optimizer: str = "adamw", dtype: str = "bf16",
         master_weights: bool | None = None, gpus: int = 1, sequence: bool = False,
         batch: int | None = None, seq_len: int | None = None, size: str = "full",
         methods=None, memory: int | str | None = None, reserve: int | str = 0,
-        time_limit: float | None = 60.0, max_size: int | None = None,
+        time_limit: float | None = 60.0, max_size: int | None = None, abstract: bool = True,
         log: Callable[[str], None] | None = None) -> FitResult:
     """The largest batch (``sequence=True``: sequence) ``model``'s training step fits on
     ``gpu``, per method (:data:`remat.fit.methods.METHODS`), with its predicted peak and step
@@ -94,13 +94,16 @@ def fit(model: str, gpu: str | None = "H100", *, optimizer: str = "adamw", dtype
       (:mod:`remat.fit.workload`), or ``"checkmate:VGG19"`` for one of Checkmate's graphs
       (their paper's maximum-batch experiment: its strategies, a 16 GB V100 unless ``gpu`` or
       ``memory`` says otherwise, cost at most one extra forward pass).
-    - ``gpu``: a GPU name (``"H100"``, ``"A100-40GB"``, ...) or a profile file
+    - ``gpu``: a GPU name (``"H100"``, the default, ``"A100-40GB"``, ...) or a profile file
       (:func:`remat.cost.profiles.resolve_profile`); ``memory`` overrides its memory,
       ``reserve`` is taken off it (the CUDA context, fragmentation).
     - ``optimizer``, ``dtype``, ``master_weights``, ``gpus`` (FSDP2 shards): the model states'
       bytes (:func:`remat.fit.states.model_states`).
     - ``batch`` (with ``sequence=True``) and ``seq_len`` (when searching the batch): the size
       held fixed; ``max_size``: the largest size tried.
+    - ``abstract`` (default): the model built on the meta device and captured on fake tensors,
+      nothing allocated (a zoo entry or a config; a factory builds as it likes); False: built
+      and run for real here.
 
     >>> r = remat.fit("gpt2", "H100", size="tiny", methods="none,remat-min")  # doctest: +SKIP
     >>> r.method("remat-min").size >= r.method("none").size                    # doctest: +SKIP
@@ -111,16 +114,15 @@ def fit(model: str, gpu: str | None = "H100", *, optimizer: str = "adamw", dtype
         return _fit_checkmate(model.split(":", 1)[1], gpu, methods, memory, reserve, time_limit, max_size, log, t0)
     names = check_methods(methods or DEFAULT_METHODS, METHODS)
     dt = dtype_name(dtype)
-    if int(gpus) < 1:
-        raise OptionError(f"gpus must be at least 1, got {gpus}")
-    capacity, profile, gpu_label = _capacity(gpu, memory, reserve)
+    model_states(0, optimizer=optimizer, dtype=dt, master_weights=master_weights, shards=gpus)  # the names, first
+    capacity, profile, gpu_label = _capacity("H100" if gpu is None else gpu, memory, reserve)
     if profile is None:
         from ..cost.profiles import resolve_profile
 
         profile = resolve_profile("H100", dtype=dt)
     from .workload import block_param_bytes, capture_step, param_count, workload
 
-    w = workload(model, size=size, dtype=dt, sequence=seq_len)
+    w = workload(model, size=size, dtype=dt, sequence=seq_len, abstract=abstract)
     if sequence and w.sequence is None:
         raise OptionError(f"{w.name} has no sequence dimension remat fit can change; search the batch instead")
     what = "sequence" if sequence else "batch"
@@ -144,7 +146,7 @@ def fit(model: str, gpu: str | None = "H100", *, optimizer: str = "adamw", dtype
                       max_size=max_size or longest or (1 << 16), time_limit=time_limit, log=log)
     setup = {"optimizer": states.optimizer, "dtype": dt, "gpus": int(gpus), "captured_at": list(sizes),
              "fixed": {"batch": batch or 1} if sequence else {"sequence": seq_len or w.sequence},
-             "profile": profile.name, "graph_nodes": len(family), "blocks": len(step.blocks),
+             "profile": profile.name, "abstract": bool(abstract), "graph_nodes": len(family), "blocks": len(step.blocks),
              "fsdp_gather_bytes": gather if gpus > 1 else 0}
     return FitResult(w.name, gpu_label, what, capacity, states.to_dict(), fits, setup, capture_seconds,
                      time.perf_counter() - t0)

@@ -5,9 +5,9 @@ For each method the search (:func:`remat.fit.search.max_batch`: galloping, then 
 plans the step's graph at each size it probes (:class:`remat.fit.family.GraphFamily`, or
 :func:`remat.graph.batch.scale_batch` on Checkmate's graphs) and asks whether the plan's
 predicted peak plus the memory outside the graph fits the GPU. It starts where a straight
-line through the method's peaks at the smallest and largest captured sizes meets the GPU's
-memory, so that most searches take a few probes; the answer does not depend on that start
-(the search brackets the boundary from wherever it starts).
+line through the method's peaks at two sizes (:data:`SEED_SPAN`) meets the GPU's memory,
+refined by the secant through the peak planned there, so that most searches take a few probes; the answer does not depend on that start (the search
+brackets the boundary from wherever it starts).
 
 The memory outside the graph, on one GPU: the optimizer's state and the fp32 master weights
 (:mod:`remat.fit.states`); with FSDP2 over N GPUs the parameters' other shards are taken off
@@ -31,6 +31,11 @@ from .methods import CHECKMATE_METHODS, METHODS, checkmate_solver, plan_step
 from .result import MethodFit
 from .search import max_batch, one_forward_overhead
 from .states import ModelStates
+
+SEED_SPAN = 64
+"""The search starts where a straight line through the method's peaks at the largest captured
+size and at :data:`SEED_SPAN` times it meets the GPU's memory (at the captured sizes a small
+model's peak can be flat: its parameters' gradients outweigh its activations)."""
 
 
 @dataclass(frozen=True)
@@ -81,18 +86,17 @@ def fit_family(family: GraphFamily, cost_model: CostModel, capacity: int, states
                 planned[size] = solve(family.at(size) if g is None else g, capacity)
             return planned[size]
 
-        lo, hi = family.sizes[0], family.sizes[-1]
-        a, b = at(lo), at(hi)
+        lo = family.sizes[0]
+        hi = min(max_size, family.sizes[-1] * SEED_SPAN)  # where the peak grows as at large sizes
+        a, b = at(family.sizes[-1]), at(hi)
         if a.peak_bytes is None or b.peak_bytes is None:
             why = a.message or b.message or a.status
-            out.append(MethodFit(method, METHODS[method], 0, False, None, None, None, a.solver, 2,
+            out.append(MethodFit(method, METHODS[method], 0, False, None, None, None, a.solver, len(planned),
                                  time.perf_counter() - t0, note=f"{a.status}: {why}"[:200]))
             if log:
                 log(f"  {method}: {a.status}")
             continue
-        slope = (b.peak_bytes - a.peak_bytes) / (hi - lo)
-        start = int(lo + (capacity - a.peak_bytes) / slope) if slope > 0 else max_size
-        start = min(max(start, 1), max_size)
+        start = _secant(at, (family.sizes[-1], a.peak_bytes), (hi, b.peak_bytes), capacity, max_size)
 
         def show(p, method=method):
             if log:
@@ -122,6 +126,26 @@ def fit_family(family: GraphFamily, cost_model: CostModel, capacity: int, states
                              best.cost if best else None, best.solver if best else None,
                              len(planned), time.perf_counter() - t0, note))
     return out
+
+
+def _secant(at, p: tuple[int, int], q: tuple[int, int], capacity: int, max_size: int,
+            rounds: int = 2) -> int:
+    """Where the peak meets ``capacity``, by the secant through ``p`` and ``q`` (size, peak),
+    refined ``rounds`` times with the peak planned there (``at(size)``, cached: the search
+    reads those plans again for free); a start for the search, not its answer."""
+    start = max_size
+    for _ in range(rounds + 1):
+        (x0, y0), (x1, y1) = p, q
+        slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
+        start = int(x1 + (capacity - y1) / slope) if slope > 0 else max_size
+        start = min(max(start, 1), max_size)
+        if start in (x0, x1):
+            break
+        r = at(start)
+        if r.peak_bytes is None:
+            break
+        p, q = q, (start, r.peak_bytes)
+    return start
 
 
 # ---- Checkmate's graphs ------------------------------------------------------------------------

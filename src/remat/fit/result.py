@@ -69,3 +69,13 @@ class FitResult:
                 "seconds": round(self.seconds, 3),
                 "methods": [{**asdict(m), "plan_seconds": round(m.plan_seconds, 3),
                              "per_item_seconds": m.per_item_seconds} for m in self.methods]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FitResult:
+        """The result :meth:`to_dict` (``remat fit --json``) wrote."""
+        if d.get("format") != FIT_FORMAT:
+            raise ValueError(f"not a remat fit result (format {d.get('format')!r})")
+        names = set(MethodFit.__dataclass_fields__)
+        methods = [MethodFit(**{k: v for k, v in m.items() if k in names}) for m in d["methods"]]
+        return cls(d["model"], d["gpu"], d["what"], d["capacity_bytes"], d["states"], methods,
+                   d.get("setup", {}), d.get("capture_seconds", 0.0), d.get("seconds", 0.0))

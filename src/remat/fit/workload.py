@@ -11,13 +11,15 @@ A model is named one of three ways (:func:`workload`):
   "blocks"]}`` or a tuple ``(model, inputs)``; the step is ``loss(model(*inputs))`` (default
   loss: the output itself, or its ``.loss``, summed to a scalar).
 
-:func:`capture_step` is the one place the step is captured. Today it runs the model for real
-on this machine in the training dtype, once per size (a small batch or sequence: the search
-scales the graphs, :mod:`remat.fit.family`).
+:func:`capture_step` is the one place the step is captured. It runs the model once per size (a
+small batch or sequence: the search scales the graphs, :mod:`remat.fit.family`), in the
+training dtype: for real on this machine, or (``abstract``) built on the meta device and
+captured on fake tensors, allocating nothing (:func:`remat.plan_all`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import warnings
@@ -86,17 +88,25 @@ def _tiled(x, batch: int | None, sequence: int | None):
     return x.repeat(1, reps)[:, :sequence].contiguous()
 
 
-def zoo_workload(name: str, size: str, dtype: torch.dtype) -> Workload:
+def _building(abstract: bool):
+    """Where a model is built: on the meta device (nothing allocated) or for real."""
+    return torch.device("meta") if abstract else contextlib.nullcontext()
+
+
+def zoo_workload(name: str, size: str, dtype: torch.dtype, abstract: bool = False) -> Workload:
     from .. import zoo
 
-    probe = zoo.build(name, size, dtype=dtype)
+    device = "meta" if abstract else "cpu"
+    with _building(abstract):
+        probe = zoo.build(name, size, dtype=dtype, device=device)
     seq = None
     ints = [x for x in probe.inputs if isinstance(x, torch.Tensor) and not x.is_floating_point() and x.dim() == 2]
     if ints and len(ints) == len(probe.inputs) and probe.loss.__name__ == "_identity":
         seq = int(ints[0].shape[1])
 
     def step(batch: int, sequence: int | None) -> Step:
-        c = zoo.build(name, size, batch=batch, dtype=dtype)
+        with _building(abstract):
+            c = zoo.build(name, size, batch=batch, dtype=dtype, device=device)
         if sequence is not None and seq is None:
             raise OptionError(f"zoo entry {name!r} has no sequence dimension remat fit can change "
                               "(its inputs are not token ids with the loss inside the model)")
@@ -117,7 +127,7 @@ class _CausalLM(nn.Module):
         return self.lm(input_ids=ids, labels=ids, use_cache=False).loss
 
 
-def config_workload(path: Path, dtype: torch.dtype, sequence: int | None) -> Workload:
+def config_workload(path: Path, dtype: torch.dtype, sequence: int | None, abstract: bool = False) -> Workload:
     """A transformers causal LM from its config JSON, random weights."""
     try:
         data = json.loads(Path(path).read_text())
@@ -135,7 +145,7 @@ def config_workload(path: Path, dtype: torch.dtype, sequence: int | None) -> Wor
             setattr(cfg, key, 0.0)
     from ..eager.blocks import find_blocks
 
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), _building(abstract):
         torch.manual_seed(0)
         lm = AutoModelForCausalLM.from_config(cfg)
     lm.loss_type = "ForCausalLM"
@@ -146,8 +156,11 @@ def config_workload(path: Path, dtype: torch.dtype, sequence: int | None) -> Wor
     default = sequence or min(longest or 1024, 1024)
 
     def step(batch: int, seq: int | None) -> Step:
-        g = torch.Generator().manual_seed(batch * 7919 + (seq or default))
-        ids = torch.randint(0, vocab, (batch, seq or default), generator=g)
+        if abstract:
+            ids = torch.zeros((batch, seq or default), dtype=torch.long, device="meta")
+        else:
+            g = torch.Generator().manual_seed(batch * 7919 + (seq or default))
+            ids = torch.randint(0, vocab, (batch, seq or default), generator=g)
         return Step(model, (ids,), lambda out: out, blocks)
 
     return Workload(Path(path).stem if Path(path).stem != "config" else Path(path).parent.name or "config",
@@ -185,9 +198,12 @@ def factory_workload(spec: str, dtype: torch.dtype) -> Workload:
     return Workload(spec, step, None, None)
 
 
-def workload(model: str, *, size: str = "full", dtype: str = "bfloat16", sequence: int | None = None) -> Workload:
+def workload(model: str, *, size: str = "full", dtype: str = "bfloat16", sequence: int | None = None,
+             abstract: bool = False) -> Workload:
     """The :class:`Workload` ``model`` names (see the module docstring); an
-    :class:`~remat.errors.OptionError` says what is wrong with a name remat cannot use."""
+    :class:`~remat.errors.OptionError` says what is wrong with a name remat cannot use.
+    ``abstract``: the model and its inputs built on the meta device, nothing allocated (a
+    factory is called as it is: build on the meta device inside it to get the same)."""
     from .. import zoo
 
     tdtype = TORCH_DTYPES[dtype]
@@ -195,31 +211,47 @@ def workload(model: str, *, size: str = "full", dtype: str = "bfloat16", sequenc
     if text.endswith(".json") or Path(text).is_file():
         if not Path(text).is_file():
             raise OptionError(f"no transformers config file {text!r}")
-        return config_workload(Path(text), tdtype, sequence)
+        return config_workload(Path(text), tdtype, sequence, abstract)
     if ":" in text:
         return factory_workload(text, tdtype)
     if text not in zoo.names():
         raise OptionError(f"unknown model {text!r}: give a zoo entry ({', '.join(zoo.names('model'))}, ...), "
                           "a transformers config JSON, 'module:factory', or checkmate:NAME for "
                           "Checkmate's graphs")
-    return zoo_workload(text, size, tdtype)
+    return zoo_workload(text, size, tdtype, abstract)
+
+
+class _TrainStep(nn.Module):
+    """``forward(*inputs) -> loss(model(*inputs))``: the step as a module, so that a model on
+    the meta device is seen as one (its parameters captured as parameters)."""
+
+    def __init__(self, model: nn.Module, loss: Callable) -> None:
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, *inputs):
+        return self.loss(self.model(*inputs))
 
 
 def capture_step(step: Step, name: str) -> Graph:
     """The joint graph of ``step`` as remat plans it for inductor, with plain
     ``torch.compile``'s saved set (``meta["reference_saved"]``) and PyTorch's at
     ``activation_memory_budget`` :data:`~remat.fit.methods.KNOB` (``meta["knob_saved"]``)
-    recorded. The step runs once, for real, on this machine."""
+    recorded. A model on the meta device is captured on fake CPU tensors
+    (:func:`remat.plan_all`'s planning without allocating), any other runs once, for real, on
+    this machine."""
     from torch._functorch import config as functorch_config
 
     from ..api import plan_all
 
     model, loss = step.model, step.loss
+    for m in model.modules():  # a training step keeps no KV cache (transformers' models make one)
+        cfg = getattr(m, "config", None)
+        if getattr(cfg, "use_cache", None):
+            cfg.use_cache = False
 
-    def train_step(*inputs):
-        return loss(model(*inputs))
-
-    train_step.__name__ = name
+    train_step = _TrainStep(model, loss)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with functorch_config.patch(activation_memory_budget=KNOB):
