@@ -97,6 +97,37 @@ def test_a_pending_copy_holds_its_buffers_and_lands_at_its_wait(on_standin):
         OPS.wait_copy(dev)  # waited for once already
 
 
+def test_a_finished_copy_lets_go_and_one_nobody_can_wait_for_is_dropped(on_standin):
+    """Once a copy is done the registry no longer holds its source; a copy done whose
+    destination is gone (a step that failed before the wait) is no longer pending."""
+    side = on_standin.side_stream(torch.device("cpu"))
+    y = torch.randn(8)
+    host = OPS.offload_async(y)
+    source = StorageWeakRef(y.untyped_storage())
+    del y
+    side.run()  # the copy finishes
+    assert copy_ops.pending() == 1 and source.expired()  # its wait may still come
+    OPS.wait_copy(host)
+    before = copy_ops.counts()
+    x = torch.randn(8)
+    lost = OPS.offload_async(x)
+    source = StorageWeakRef(x.untyped_storage())
+    del x, lost  # never waited for
+    assert copy_ops.pending() == 1 and not source.expired(), "a running copy let go of its source"
+    side.run()
+    assert copy_ops.pending() == 0 and source.expired()
+    assert copy_ops.counts()["abandoned"] == before["abandoned"] + 1
+    # an abandoned copy's host buffer, handed out again: its wait is the new copy's
+    lost = OPS.offload_async(torch.randn(8))
+    side.run()
+    ptr = lost.data_ptr()
+    del lost
+    z = torch.randn(8)
+    again = OPS.offload_async(z)
+    assert again.data_ptr() == ptr and copy_ops.pending() == 1
+    torch.testing.assert_close(OPS.wait_copy(again, source=z), z, rtol=0, atol=0)
+
+
 def test_on_a_cpu_without_a_stand_in_the_copies_are_synchronous():
     assert isinstance(copy_ops.transport(), copy_ops.Streams)
     x = torch.arange(6.0).view(2, 3)

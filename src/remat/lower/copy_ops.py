@@ -28,9 +28,11 @@ APIs torch 2.10 has: ``torch.library.custom_op``, ``torch.Stream``, ``torch.Even
   that buffer for a kernel after the wait). No ``record_stream`` is needed: every tensor a copy
   touches is allocated on the compute stream and is held until the compute stream has waited.
 
-Until its wait, each copy is pending (:func:`pending`): the registry holds the copy's source
-and destination, keyed by the destination's address, so neither can be freed or reused
-mid-copy, even by a caller that dropped them. :func:`counts` tells copies issued and waited.
+Until its wait, each copy is pending (:func:`pending`), keyed by its destination's address;
+while it runs, the registry holds its source and destination, so neither can be freed or
+reused mid-copy, even by a caller that dropped them (a step that failed). A copy done, never
+waited for and whose destination is gone is dropped (``abandoned``). :func:`counts` tells
+copies issued, waited and abandoned.
 
 The stream, event and host-memory parts go through a transport (:class:`Streams`, the real
 one); :func:`use_transport` swaps in another, such as the CPU stand-in of
@@ -83,6 +85,7 @@ class HostPool:
     def __init__(self, alloc=None) -> None:
         self._alloc = alloc
         self._buffers: dict[tuple, list[_Buffer]] = {}
+        self._by_ptr: dict[int, _Buffer] = {}
         self.taken = 0
         self.reused = 0
 
@@ -105,7 +108,13 @@ class HostPool:
         ref = StorageWeakRef(tensor.untyped_storage())
         buf = _Buffer(tensor, ref, torch._C._storage_Use_Count(ref.cdata))
         bucket.append(buf)
+        self._by_ptr[tensor.data_ptr()] = buf
         return tensor.view(-1)
+
+    def own_uses(self, t: torch.Tensor) -> int:
+        """How many uses of ``t``'s storage are the pool's own (0 for a tensor not from it)."""
+        buf = self._by_ptr.get(t.untyped_storage().data_ptr())
+        return 0 if buf is None else buf.baseline
 
     @staticmethod
     def _free(buf: _Buffer) -> bool:
@@ -129,6 +138,9 @@ class HostPool:
             keep = [b for b in bucket if not self._free(b)]
             dropped += len(bucket) - len(keep)
             self._buffers[key] = keep
+            for b in bucket:
+                if b not in keep:
+                    self._by_ptr.pop(b.tensor.data_ptr(), None)
         return dropped
 
 
@@ -208,15 +220,43 @@ def set_transport(t) -> Any:
 class _Copy:
     event: Any  # None: the copy is already done (a synchronous transport)
     device: torch.device
-    held: tuple = field(repr=False)  # the source and the destination, alive until the wait
+    dst: StorageWeakRef  # the destination's storage: once nobody holds it, no wait can come
+    own_uses: int  # the uses of it that are not a caller's (a pooled buffer's pool)
+    held: tuple | None = field(repr=False)  # the source and the destination, until the copy is done
+
+    def done(self) -> bool:
+        return self.event is None or bool(self.event.query())
+
+    def orphaned(self) -> bool:
+        return torch._C._storage_Use_Count(self.dst.cdata) <= self.own_uses
 
 
 _pending: dict[tuple[str, int], list[_Copy]] = {}
-_counts = {"issued": 0, "waited": 0}
+_counts = {"issued": 0, "waited": 0, "abandoned": 0}
 
 
 def _key(t: torch.Tensor) -> tuple[str, int]:
     return (t.device.type, t.data_ptr())
+
+
+def _tidy() -> None:
+    """Let go of what finished copies hold, and drop copies nobody can wait for any more (their
+    destination freed: a step that failed, a forward whose backward never ran). A copy still
+    running keeps its source and destination, so neither is reused mid-copy; once done, they
+    are freed when their last user drops them, waited for or not."""
+    for key in list(_pending):
+        keep = []
+        for c in _pending[key]:
+            if c.held is not None and c.done():
+                c.held = None
+            if c.held is None and c.orphaned():
+                _counts["abandoned"] += 1
+                continue
+            keep.append(c)
+        if keep:
+            _pending[key] = keep
+        else:
+            del _pending[key]
 
 
 def _start(dst: torch.Tensor, src: torch.Tensor, device: torch.device) -> None:
@@ -233,17 +273,21 @@ def _start(dst: torch.Tensor, src: torch.Tensor, device: torch.device) -> None:
             t.copy(dst, src)
         event = t.new_event(device)
         event.record(side)
-    _pending.setdefault(_key(dst), []).append(_Copy(event, device, (src, dst)))
+    copy = _Copy(event, device, StorageWeakRef(dst.untyped_storage()), POOL.own_uses(dst), (src, dst))
+    _pending.setdefault(_key(dst), []).append(copy)
     _counts["issued"] += 1
 
 
 def pending() -> int:
-    """Copies started and not yet waited for (0 at the end of every step)."""
+    """Copies started and not yet waited for (0 at the end of every step), less those nobody
+    can wait for any more."""
+    _tidy()
     return sum(len(v) for v in _pending.values())
 
 
 def counts() -> dict[str, int]:
-    """Copies ``issued`` and ``waited`` in this process so far."""
+    """Copies ``issued``, ``waited`` and ``abandoned`` (done, never waited for, their
+    destination freed) in this process so far."""
     return dict(_counts)
 
 
@@ -262,6 +306,7 @@ def forget_pending() -> int:
 def offload_async(x: torch.Tensor) -> torch.Tensor:
     """Start copying ``x`` to a contiguous host buffer of :data:`POOL` (see the module
     docstring); wait for it with ``wait_copy(host, source=x)``."""
+    _tidy()  # first: a pooled buffer an abandoned copy wrote may be handed out now
     host = POOL.take(x.numel(), x.dtype, str(x.device), pinned=not _transport.synchronous(x.device))
     host = host.view(x.shape)
     _start(host, x, x.device)
@@ -279,6 +324,7 @@ def reload_async(host: torch.Tensor, device: torch.device, size: list[int] | Non
     """Start copying the host tensor ``host`` to ``device``, into a new tensor of ``size`` and
     ``stride`` (the original layout; default ``host``'s); wait for it with
     ``wait_copy(out, source=host)``."""
+    _tidy()
     out = _reload_out(host, device, size, stride)
     _start(out, host, out.device)
     return out
