@@ -48,6 +48,9 @@ def add_parser(sub) -> None:
                         f"{', '.join(CHECKMATE_METHODS)} (default all but the slow MILP, checkmate)")
     f.add_argument("--time-limit", type=checks.seconds, default=60.0, help="seconds per solve (default 60)")
     f.add_argument("--max-size", type=checks.positive_int, default=None, help="the largest batch or sequence tried")
+    f.add_argument("--real", action="store_true",
+                   help="build the model and run its step for real here (default: on the meta device, "
+                        "captured on fake tensors, nothing allocated)")
     f.add_argument("--json", action="store_true", help="print the result as JSON")
     f.add_argument("--plot", default=None, metavar="PNG", help="draw the largest size per method into PNG (matplotlib)")
     f.add_argument("--plain", action="store_true", help="a plain-text table even where rich is installed")
@@ -76,7 +79,7 @@ def run(args) -> int:
                  master_weights=False if args.no_master_weights else None, gpus=args.gpus,
                  sequence=args.sequence, batch=args.batch, seq_len=args.seq_len, size=args.size,
                  methods=args.methods, memory=args.memory, reserve=args.reserve,
-                 time_limit=args.time_limit, max_size=args.max_size, log=log)
+                 time_limit=args.time_limit, max_size=args.max_size, abstract=not args.real, log=log)
     if args.json:
         print(to_json(result))
     else:
