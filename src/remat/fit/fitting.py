@@ -115,17 +115,35 @@ def fit_family(family: GraphFamily, cost_model: CostModel, capacity: int, states
 
         r = max_batch(family.base, probe, capacity, None, base_batch=lo, start=start,
                       max_batch_size=max_size, on_probe=show, scale=scale)
-        best = planned.get(r.batch)
-        note = "" if r.batch else "even 1 does not fit"
-        if r.batch == max_size:
+        size, exact = r.batch, r.exact
+        note = "" if size else "even 1 does not fit"
+        if size == max_size:
             note = f"fits at the largest {family.what} tried ({max_size})"
-        out.append(MethodFit(method, METHODS[method], r.batch, r.exact,
+        if method in SPLITTING and 0 < size < max_size:
+            larger = [m for m in _rounded_up(size) if m <= max_size and at(m).feasible]
+            if larger:
+                note = (f"not monotone: {size + 1} does not fit, {larger[-1]} does (fission splits "
+                        f"some sizes better); the answer is the largest of the multiples tried")
+                size, exact = larger[-1], False
+        best = planned.get(size)
+        out.append(MethodFit(method, METHODS[method], size, exact,
                              best.peak_bytes if best else None,
                              best.peak_bytes - states.total - (gather_bytes if states.shards > 1 else 0)
                              if best and best.peak_bytes is not None else None,
                              best.cost if best else None, best.solver if best else None,
                              len(planned), time.perf_counter() - t0, note))
     return out
+
+
+SPLITTING = ("remat-min-split", "remat-min-offload")
+"""Methods whose plans split sub-graphs (fission): how well a dimension splits depends on its
+size, so that a batch can fit where a smaller one did not; the search's answer is checked
+against the next multiples of 8 to 64 (:func:`_rounded_up`)."""
+
+
+def _rounded_up(size: int) -> list[int]:
+    """The next multiples of 8, 16, 32 and 64 above ``size``, ascending, without repeats."""
+    return sorted({(size // k + 1) * k for k in (8, 16, 32, 64)})
 
 
 def _secant(at, p: tuple[int, int], q: tuple[int, int], capacity: int, max_size: int,
