@@ -108,6 +108,19 @@ def test_function_of_shapes_plans_as_real():
     assert abstract.peak_bytes == real.peak_bytes
 
 
+def test_random_ops_plan_on_fake_tensors():
+    """seeds/003's dropout-like mask: a random op's seed is fake when the step is (the forward
+    runs once to capture, and draws no numbers then), and the plan is the real capture's."""
+    def masked(x):
+        return torch.nn.functional.dropout(x.cos(), 0.5, training=True).cos()
+
+    abstract = remat.plan(masked, inputs=remat.shapes(((4096,), torch.float32, True)), cache=False, strict=True)
+    real = remat.plan(masked, torch.randn(4096, requires_grad=True), cache=False, strict=True)
+    assert any(n.category == "random" for n in abstract.graph.nodes)
+    assert abstract.peak_bytes == real.peak_bytes
+    assert sorted(abstract.saved_names) == sorted(real.saved_names)
+
+
 def test_what_cannot_work_says_why(plans):
     model = plans["model"]
     with pytest.raises(remat.OptionError, match="meta device or fake.*remat.plan"):

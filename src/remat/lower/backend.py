@@ -26,6 +26,7 @@ from torch._guards import detect_fake_mode
 from torch._inductor.compile_fx import compile_fx, compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
 from torch._inductor.virtualized import V
+from torch._subclasses.fake_tensor import FakeTensor
 
 from ..errors import OptionError, RematError
 from .options import NAMES, Options
@@ -237,10 +238,14 @@ def _boxed_code(gm: torch.fx.GraphModule):
 
 
 def _seeded_random(size, seed, mode):
+    if isinstance(seed, FakeTensor):  # a step captured on fake tensors (remat.plan): no numbers
+        return getattr(torch, mode)(size, device=seed.device, dtype=torch.float32)
     return getattr(torch, mode)(size, generator=_generator(seed), device=seed.device, dtype=torch.float32)
 
 
 def _seeded_randint(low, high, size, seed):
+    if isinstance(seed, FakeTensor):
+        return torch.randint(low, high, size, device=seed.device)
     return torch.randint(low, high, size, generator=_generator(seed), device=seed.device)
 
 
