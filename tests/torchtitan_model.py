@@ -1,18 +1,19 @@
 """A tiny Llama 3 from torchtitan's own model definition (``torchtitan.models.llama3``), for the
 FSDP2 tests (``tests/test_torchtitan_fsdp.py``, ``tests/torchtitan_worker.py``).
 
-torchtitan 0.3 builds a model from its config dataclasses (``Llama3Model.Config`` with one
-``Llama3TransformerBlock.Config`` per layer, ``cfg.build()``, then ``init_states()``); its
-layers sit in an ``nn.ModuleDict``, its rotary embedding is complex-valued (``ComplexRoPE``), and
-its attention projections are one fused ``wqkv``. Its language models attend through
-FlexAttention, which torchtitan compiles with inductor at import; on a CPU these tests use its
-``ScaledDotProductAttention`` (causal, no mask) instead, the rest as torchtitan has it.
+torchtitan 0.2 builds it from its model args dataclass (``TransformerModelArgs``, then
+``Transformer(args).init_weights()``); 0.3 from config dataclasses (``Llama3Model.Config`` with
+one ``Llama3TransformerBlock.Config`` per layer, ``cfg.build()``, then ``init_states()``). Both
+keep the layers in an ``nn.ModuleDict`` and rotate with complex-valued frequencies; 0.3 fuses
+the attention projections into one ``wqkv``. 0.3's language models attend through FlexAttention,
+which torchtitan compiles with inductor; on a CPU these tests use its
+``ScaledDotProductAttention`` (causal, no mask) instead, as 0.2 does by default.
 
 Importing any torchtitan model imports its expert-parallel kernels
 (``torchtitan.distributed.minimal_async_ep.kernels``), written in Triton, which a CPU build of
 torch does not have and the package does not require. :func:`import_without_triton` puts a
 module in their place whose kernels raise if called (a dense Llama never calls them), so the
-model definitions import on a CPU.
+model definitions import on a CPU; importing this module does it.
 """
 
 from __future__ import annotations
@@ -27,16 +28,21 @@ from torch import nn
 
 DIM, HEADS, KV_HEADS, LAYERS, VOCAB, SEQ = 64, 4, 2, 2, 128, 32
 
-_KERNELS = "torchtitan.distributed.minimal_async_ep.kernels"
-_KERNEL_NAMES = ("copy_full_counts_to_peers_kernel", "copy_rows_to_peers_kernel", "expand_topk_grad_kernel",
-                 "fill_combine_metadata_kernel", "fill_dispatch_metadata_kernel", "invert_flat_indices_kernel",
-                 "reduce_topk_slots_kernel", "topk_scores_grad_kernel")
+# torchtitan's Triton kernels (expert parallelism, MoE token permutation) that its model
+# packages import at the top, by version: 0.3, 0.2
+_TRITON_MODULES = {
+    "torchtitan.distributed.minimal_async_ep.kernels": (
+        "copy_full_counts_to_peers_kernel", "copy_rows_to_peers_kernel", "expand_topk_grad_kernel",
+        "fill_combine_metadata_kernel", "fill_dispatch_metadata_kernel", "invert_flat_indices_kernel",
+        "reduce_topk_slots_kernel", "topk_scores_grad_kernel"),
+    "torchtitan.models.moe.kernels": ("generate_permute_indices", "fill_indices_wrapper"),
+}
 
 
 def import_without_triton() -> None:
-    """Where Triton is missing, stand in for torchtitan's Triton kernels of expert parallelism
-    (never called by a dense model) so that ``torchtitan.models`` imports."""
-    if importlib.util.find_spec("triton") is not None or _KERNELS in sys.modules:
+    """Where Triton is missing, stand in for torchtitan's Triton kernels (never called by a
+    dense model) so that ``torchtitan.models`` imports."""
+    if importlib.util.find_spec("triton") is not None:
         return
 
     def missing(name):
@@ -44,16 +50,42 @@ def import_without_triton() -> None:
             raise RuntimeError(f"torchtitan's {name} needs Triton, which is not installed")
         return kernel
 
-    module = types.ModuleType(_KERNELS)
-    for name in _KERNEL_NAMES:
-        setattr(module, name, missing(name))
-    sys.modules[_KERNELS] = module
+    for path, names in _TRITON_MODULES.items():
+        if path not in sys.modules:
+            module = types.ModuleType(path)
+            for name in names:
+                setattr(module, name, missing(name))
+            sys.modules[path] = module
+
+
+import_without_triton()  # before anything imports torchtitan (0.2's own __init__ imports them)
+
+
+def _legacy() -> bool:
+    """torchtitan 0.2's layout (``TransformerModelArgs``, ``Transformer``), which pip picks
+    beside transformers 5 (0.3 pins ``datasets<4.8``, whose ``huggingface_hub`` transformers 5
+    does not take)."""
+    import_without_triton()
+    try:
+        return importlib.util.find_spec("torchtitan.models.llama3.model.args") is not None
+    except ModuleNotFoundError:  # 0.3: torchtitan.models.llama3.model is a module
+        return False
 
 
 def llama3():
-    """A 2-layer torchtitan Llama 3 (width 64, 4 heads / 2 kv heads, vocabulary 128), its
-    weights initialised by torchtitan from ``torch.manual_seed(0)``."""
-    import_without_triton()
+    """A 2-layer torchtitan Llama 3 (width 64, 4 heads / 2 kv heads, vocabulary 128, causal
+    SDPA), its weights initialised by torchtitan from ``torch.manual_seed(0)``."""
+    if _legacy():
+        from torchtitan.models.llama3.model.args import TransformerModelArgs
+        from torchtitan.models.llama3.model.model import Transformer
+
+        args = TransformerModelArgs(dim=DIM, n_layers=LAYERS, n_heads=HEADS, n_kv_heads=KV_HEADS,
+                                    vocab_size=VOCAB, multiple_of=64, max_seq_len=SEQ, attn_type="sdpa")
+        torch.manual_seed(0)
+        model = Transformer(args)
+        with torch.no_grad():  # as torchtitan's trainer calls it
+            model.init_weights()
+        return model
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
     from torchtitan.models.common.attention import ScaledDotProductAttention
     from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
@@ -85,8 +117,12 @@ def llama3():
     return model
 
 
-def block_class():
-    import_without_triton()
+def block_class() -> type:
+    """torchtitan's transformer block class."""
+    if _legacy():
+        from torchtitan.models.llama3.model.model import TransformerBlock
+
+        return TransformerBlock
     from torchtitan.models.llama3.model import Llama3TransformerBlock
 
     return Llama3TransformerBlock
