@@ -26,7 +26,8 @@ APIs torch 2.10 has: ``torch.library.custom_op``, ``torch.Stream``, ``torch.Even
   allocation on that stream cannot overwrite it while the copy reads it. The wait does not
   ``resize_`` storage that the graph still names (a free inductor could not see: it would reuse
   that buffer for a kernel after the wait). No ``record_stream`` is needed: every tensor a copy
-  touches is allocated on the compute stream and is held until the compute stream has waited.
+  touches is allocated on the compute stream and is held until the copy is done or the
+  compute stream has waited for it.
 
 Until its wait, each copy is pending (:func:`pending`), keyed by its destination's address;
 while it runs, the registry holds its source and destination, so neither can be freed or
