@@ -233,6 +233,24 @@ def test_a_read_before_its_wait_shows_on_the_stand_in(on_standin, monkeypatch):
     on_standin.compute.run()
 
 
+def _check_wrapper_order(codes: list[str]) -> None:
+    """In inductor's wrapper code every copy is a fallback call, its wait comes after it and
+    names its source, and that source is neither freed nor handed to another buffer between
+    the two."""
+    import re
+    lines = [ln.strip() for code in codes for ln in code.splitlines()]
+    copies = [(k, m.group(1)) for k, ln in enumerate(lines)
+              if (m := re.search(r"torch\.ops\.remat\.(?:offload|reload)_async\.default\((\w+)", ln))]
+    assert copies, "inductor's code calls none of remat's copy ops"
+    for k, src in copies:
+        wait = next((j for j in range(k + 1, len(lines))
+                     if "torch.ops.remat.wait_copy.default(" in lines[j] and f"source={src})" in lines[j]), None)
+        assert wait is not None, f"no wait names {src} as its source after {lines[k]!r}"
+        between = lines[k + 1:wait]
+        assert not [ln for ln in between if re.search(rf"\bdel {src}\b", ln)], \
+            f"{src} is freed or reused before its copy's wait: {between}"
+
+
 def _compile_step(name, compiler, budget, monkeypatch):
     """remat.compile(solver="swap") as on torch 2.11: this torch's ``ao`` ops look absent."""
     monkeypatch.setattr(lowering, "ao_problem", lambda ns=None: f"torch {torch.__version__} has no "
@@ -245,7 +263,13 @@ def _compile_step(name, compiler, budget, monkeypatch):
         step = remat.compile(model, solver="swap", budget=budget, compiler=compiler, cache=False, strict=True,
                              on_plan=lambda g, p: plans.append(p))
         before = copy_ops.counts()
-        got = _steps(model, inputs, loss_fn, step)
+        if compiler == "inductor":  # keep the wrapper code inductor writes
+            from torch._inductor.utils import run_and_get_code
+            first, codes = run_and_get_code(_steps, model, inputs, loss_fn, step, n=1)
+            got = first + _steps(model, inputs, loss_fn, step, n=1)
+            _check_wrapper_order(codes)
+        else:
+            got = _steps(model, inputs, loss_fn, step)
     _assert_equal(got, want)
     offloads = sum(s.op == "offload" for p in plans for s in p.schedule().statements)
     assert plans and offloads > 0, "no plan offloaded: the test checks nothing"
