@@ -31,9 +31,11 @@ arguments: a contiguous copy, which remat's capture counts as a new value (it is
 the same name. Every new node's ``meta["val"]`` is computed with the graph's fake mode and
 checked (a part: ``v``'s shape with the axis divided by n, or ``v``'s shape for a reduce axis;
 a merge: ``v``'s original shape and dtype); its other meta is the original node's (a slice:
-its first reader's in the region). A merge is a new contiguous tensor where ``v`` may have
-been a view with other strides (a permute): the values of its readers are computed again
-where their strides follow (:func:`_refresh_strides`). Random ops inside a region, mutating ops, tuple-valued
+its first reader's in the region), and a part's ``meta["fission_part"]`` is ``(index, v, k)``
+(:data:`PART_META`: how :mod:`remat.lower.fission_loop` finds the parts again). A merge is
+a new contiguous tensor where ``v`` may have been a view with other strides (a permute): the
+values of its readers are computed again where their strides follow (:func:`_refresh_strides`).
+Random ops inside a region, mutating ops, tuple-valued
 region outputs, region nodes read outside the region but not listed as outputs, symbolic
 sizes along the split dimension and an n that does not divide them raise
 :class:`~remat.errors.PlanError` naming the node. Random ops outside a region are fine: they
@@ -61,7 +63,10 @@ aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten._unsafe_view.default)
 _MEAN_PARTS = {aten.mean.dim: aten.sum.dim_IntList, aten.mean.default: aten.sum.default}
 """The op a part of a mean over the split dimension runs (:data:`~remat.graph.fission.MEAN`)."""
-_VALUE_META = ("val", "tensor_meta", "unbacked_bindings")
+PART_META = "fission_part"
+"""``meta[PART_META] = (fission index, region node, k)`` on part k of a region node: how the
+loop form (:mod:`remat.lower.fission_loop`) finds a part's nodes in the lowered modules."""
+_VALUE_META = ("val", "tensor_meta", "unbacked_bindings", PART_META)
 """Meta a new node must not inherit: its value, and what is derived from the value."""
 
 
@@ -179,6 +184,7 @@ class _Unroll:
         if target in _VIEWS and not _viewable(args[0], args[1]):
             target = aten._reshape_copy.default  # a slice no strides can view: copy it
         node = self._new(target, args, kwargs, part_name(v.name, k), v)
+        node.meta[PART_META] = (self.f.index, v.name, k)  # found again by the loop form
         _check_part(self.f, v, node)
         return node
 

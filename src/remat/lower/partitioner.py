@@ -37,6 +37,7 @@ from ..step.planner import OFFLOADING_SOLVERS, StepPlanner, warn_once
 from . import torch_offload
 from .fallback import fall_back
 from .fission import fission_joint
+from .fission_loop import loop_key, loop_parts
 from .fx import lower
 from .offload import offload_support
 from .options import Options
@@ -76,7 +77,7 @@ class RematPartitioner(CustomPartitionerFn):
     def uuid(self) -> str:
         """Everything that decides the partition (the callback does not), so that inductor's
         and AOTAutograd's caches hit only for the same plan."""
-        return f"remat-{_source_hash()}-{self.options.key()}"
+        return f"remat-{_source_hash()}-{self.options.key()}-{loop_key()}"
 
     def __reduce__(self):
         # inductor pickles its config, this partitioner included, into its cache key: the
@@ -109,6 +110,8 @@ class RematPartitioner(CustomPartitionerFn):
             joint, plan = self._plan(graph, lambda p: self._split(joint, p, reference, num_fwd_outputs,
                                                                    static), joint)
             fw, bw = lower(joint, plan)
+            if plan.fissions:  # each split region's parts as calls of one subgraph (fission_loop)
+                fw, bw = loop_parts(fw, plan.fissions), loop_parts(bw, plan.fissions)
             # a plan's peak holds only in its order: inductor keeps to it (plan_order)
             self.keeps_order = True
             self.channels_last = bool(graph.meta.get("channels_last"))
