@@ -92,7 +92,7 @@ def fit_family(family: GraphFamily, cost_model: CostModel, capacity: int, states
         if a.peak_bytes is None or b.peak_bytes is None:
             why = a.message or b.message or a.status
             out.append(MethodFit(method, METHODS[method], 0, False, None, None, None, a.solver, len(planned),
-                                 time.perf_counter() - t0, note=f"{a.status}: {why}"[:200]))
+                                 time.perf_counter() - t0, note=why))
             if log:
                 log(f"  {method}: {a.status}")
             continue

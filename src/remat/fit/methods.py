@@ -158,7 +158,9 @@ def plan_step(method: str, g: Graph, cost_model: CostModel, *, blocks: tuple[str
     try:
         return solve(graph, "auto", budget=budget, cost_model=cost_model, time_limit=time_limit, fission=fission)
     except InfeasibleBudgetError as e:
-        return Plan.without_schedule(graph, solver=method, status="infeasible", message=f"out of reach: {e}")
+        return Plan.without_schedule(graph, solver=method, status="infeasible",
+                                     message=f"out of reach: {budget} is below the least memory remat "
+                                             f"finds (remat.compile runs min's plan there). {e}")
 
 
 def checkmate_solver(method: str, time_limit: float | None) -> Callable[[Graph, float], Plan]:

@@ -18,8 +18,14 @@ def _rows(r: FitResult) -> list[tuple[str, ...]]:
                      format_bytes(m.peak_bytes) if m.peak_bytes is not None else "-",
                      format_bytes(m.activation_bytes) if m.activation_bytes is not None else "-",
                      _secs(m.seconds) if m.overhead is None else f"{m.overhead:.3f}x (cost)",
-                     _secs(m.per_item_seconds), f"{m.plan_seconds:.1f} s", m.note))
+                     _secs(m.per_item_seconds), f"{m.plan_seconds:.1f} s", _short(m.note)))
     return rows
+
+
+def _short(note: str, width: int = 90) -> str:
+    """A note's first sentence, cut to ``width`` (the JSON has it whole)."""
+    first = note.split(". ")[0]
+    return first if len(first) <= width else first[: width - 3] + "..."
 
 
 def _secs(s: float | None) -> str:
@@ -67,7 +73,8 @@ def print_table(r: FitResult, *, rich: bool = True) -> None:
         return
     t = Table(title=_title(r), title_justify="left")
     for h in _HEAD:
-        t.add_column(h.format(what=r.what), justify="left" if h in ("method", "") else "right")
+        t.add_column(h.format(what=r.what), justify="left" if h in ("method", "") else "right",
+                     no_wrap=h != "")
     for row in _rows(r):
         t.add_row(*row)
     Console().print(t)
