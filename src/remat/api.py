@@ -313,7 +313,8 @@ def frontier(model: Callable, *args: Any, solver: str = "auto", compiler: str = 
     ``"min"``, each ``max_overhead`` of ``overheads``; :func:`remat.solvers.tradeoff.tradeoff`).
 
     The step is captured as :func:`plan_all` captures it (``args`` and ``kwargs`` go to the
-    model); ``compiler`` is the one the plans are for (``"inductor"`` or ``"eager"``), and
+    model; ``inputs``, ``device`` and ``profile`` plan a model on the meta device or fake for a
+    target, as there); ``compiler`` is the one the plans are for (``"inductor"`` or ``"eager"``), and
     ``solver``, ``time_limit`` (per solve) and ``solver_options`` are as in :func:`compile`.
 
     >>> import torch, remat
