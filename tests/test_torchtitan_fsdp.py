@@ -62,7 +62,7 @@ def test_gradients_equal_fsdp2_without_remat(ranks, spec):
     for rank, (got, want) in enumerate(zip(ranks[spec], ranks[REFERENCE])):
         assert got["grads"][0].keys() == want["grads"][0].keys()
         err = _max_grad_err(got["grads"], want["grads"])
-        assert err <= 1e-6, f"rank {rank}, {spec}: gradients differ by {err:.2e} of their largest"
+        assert err <= 1e-5, f"rank {rank}, {spec}: gradients differ by {err:.2e} of their largest"
         assert got["losses"] == pytest.approx(want["losses"], rel=1e-6)
     assert ranks[REFERENCE][0]["losses"] != ranks[REFERENCE][1]["losses"], "both ranks trained on the same batch"
 
