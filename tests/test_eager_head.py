@@ -236,3 +236,37 @@ def test_the_summary_shows_the_head_and_its_share_of_the_budget():
     assert "head and loss (LlamaForCausalLM): split along the tokens" in str(s)
     # the step's prediction counts the head: the model's own head alone holds more than min's step
     assert s.peak < s.head[1].live
+
+
+def test_the_step_is_planned_once_and_an_out_of_reach_budget_warned_once(monkeypatch):
+    from remat.eager.policy import Planner
+
+    calls = []
+    replan = Planner.replan
+    monkeypatch.setattr(Planner, "replan", lambda self: (calls.append(1), replan(self))[1])
+    m = remat.checkpoint(_llama(vocab=2000), budget=0.05, profile=PROFILE)
+    ids, labels = _batch(2000)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _step(m, ids, labels)
+        first = len(calls)
+        for _ in range(2):
+            _step(m, ids, labels)
+    assert first > 0 and len(calls) == first  # the same step again: no new plan
+    assert len([w for w in seen if issubclass(w.category, remat.RematBudgetWarning)]) == 1
+
+
+def test_policy_plans_the_head_on_transformers_route():
+    from remat.eager.blocks import enable_transformers_checkpointing
+
+    base = _llama()
+    ids, labels = _batch()
+    ref = _step(base, ids, labels)
+    want = _grads(base.parameters())
+    m = copy.deepcopy(base)
+    fn = remat.policy(m, budget="min", profile=PROFILE)
+    enable_transformers_checkpointing(m, use_reentrant=False, context_fn=fn)
+    out = _step(m, ids, labels)
+    assert fn.planner.head.last_chunk is not None and out.logits is None
+    assert torch.allclose(out.loss, ref.loss, rtol=1e-6)
+    assert _max_err(want, _grads(m.parameters())) < 1e-6

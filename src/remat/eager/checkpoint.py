@@ -13,14 +13,13 @@ instance attribute) by one that checkpoints it.
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 from torch.utils.checkpoint import checkpoint as _torch_checkpoint
 
 from ..errors import OptionError
 from .blocks import enable_transformers_checkpointing
-from .lm_head import chunked_forward
+from . import lm_head
 from .policy import Planner, RematPolicy, _raw_forward
 
 
@@ -84,10 +83,7 @@ def checkpoint(model: torch.nn.Module, budget="full", blocks=None, *, strict: bo
     else:
         for name, m in planner.blocks:
             m.forward = functools.partial(_checkpointed_forward, planner, name, m, _raw_forward(m))
-    if planner.head is not None:
-        lm = planner.head.model
-        lm.forward = _with_signature(functools.partial(chunked_forward, planner, planner.head, lm.forward),
-                                     lm.forward)
+    lm_head.install(planner)
     model._remat_planner = planner
     model.remat_summary = planner.summary
     return model
@@ -109,18 +105,10 @@ def _checkpointed_forward(planner: Planner, name: str, module, forward, *args, *
                              **kwargs)
 
 
-def _with_signature(fn, like):
-    """``fn`` showing ``like``'s signature and docstring (transformers' Trainer keeps only the
-    dataset columns the forward's signature names)."""
-    wrapped = functools.wraps(like)(lambda *args, **kwargs: fn(*args, **kwargs))
-    wrapped.__signature__ = inspect.signature(like)
-    return wrapped
-
-
 def _undo(model, planner: Planner) -> None:
     planner.remove_hooks()
-    modules = [m for _, m in planner.blocks] + ([planner.head.model] if planner.head is not None else [])
-    for m in modules:
+    lm_head.uninstall(planner)
+    for _, m in planner.blocks:
         if "forward" in m.__dict__:
             del m.__dict__["forward"]
     for attr in ("_remat_planner", "remat_summary"):

@@ -73,6 +73,7 @@ class _Chunked(torch.autograd.Function):
                     if got[0] is not None:
                         grad_h[:, sl] = got[0]
                     got = got[1:]
+                g = None
                 for i, g in zip(live, got):
                     if g is None:
                         continue
@@ -80,7 +81,8 @@ class _Chunked(torch.autograd.Function):
                         grads[i] = g
                     else:
                         grads[i].add_(g)
-                del got, loss, h
+                # nothing of this chunk outlives it (a weight's gradient is as large as the weight)
+                del got, loss, h, g
         ctx.grad_h = None if grad_h is None else grad_h.view(hidden.shape)
         ctx.grads = grads
         ctx.first = None  # the incoming gradient of the first backward (scaled in place then)

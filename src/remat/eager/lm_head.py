@@ -20,6 +20,7 @@ fused loss); the loss and its gradients are the model's. ``head=False`` in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 
 import torch
@@ -365,4 +366,26 @@ def chunked_forward(planner, head: LMHead, original, *args, **kwargs):
     return out
 
 
-__all__ = ["HEAD", "LMHead", "chunked_forward"]
+def install(planner) -> None:
+    """Give the planner's causal LM the planned head: its ``forward`` (an instance attribute, as
+    remat's block wrappers) runs :func:`chunked_forward`, showing the model's own signature
+    (transformers' Trainer keeps only the dataset columns the forward's signature names)."""
+    head = planner.head
+    if head is None:
+        return
+    lm = head.model
+    original = lm.forward
+    fn = functools.partial(chunked_forward, planner, head, original)
+    wrapped = functools.wraps(original)(lambda *args, **kwargs: fn(*args, **kwargs))
+    wrapped.__signature__ = inspect.signature(original)
+    wrapped._remat_head = True
+    lm.forward = wrapped
+
+
+def uninstall(planner) -> None:
+    """Undo :func:`install`."""
+    if planner.head is not None and getattr(planner.head.model.__dict__.get("forward"), "_remat_head", False):
+        del planner.head.model.__dict__["forward"]
+
+
+__all__ = ["HEAD", "LMHead", "chunked_forward", "install", "uninstall"]

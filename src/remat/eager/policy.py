@@ -527,7 +527,7 @@ class RematPolicy:
 
 
 def policy(model_or_block: torch.nn.Module, *example_inputs, budget=FULL, blocks=None, strict: bool = False,
-           profile=None, **example_kwargs) -> RematPolicy:
+           profile=None, head: bool = True, **example_kwargs) -> RematPolicy:
     """A planned ``context_fn`` for ``torch.utils.checkpoint(..., use_reentrant=False, context_fn=fn)``
     and transformers' ``model.activation_checkpointing_enable(activation_checkpointing_kwargs=
     {"use_reentrant": False, "context_fn": fn})``.
@@ -538,12 +538,20 @@ def policy(model_or_block: torch.nn.Module, *example_inputs, budget=FULL, blocks
     :func:`remat.checkpoint`). On a transformers model it also turns transformers' checkpointing
     off for layers whose plan saves everything (``layer.gradient_checkpointing = False``).
     Given one block and ``example_inputs`` (or keyword inputs), it plans that block now, the
-    budget being of that block's own activations; without inputs, at its first call.
+    budget being of that block's own activations; without inputs, at its first call. On a
+    transformers causal LM, ``head=True`` (the default) also plans its head and loss, as
+    :func:`remat.checkpoint` does (the model's ``forward`` is replaced to run them).
     """
+    if not isinstance(head, bool):
+        raise OptionError(f"head must be True (plan the head and loss of a causal LM) or False, not {head!r}")
     single = bool(example_inputs or example_kwargs) or (blocks is None and not _has_blocks(model_or_block))
-    planner = Planner(model_or_block, budget=budget, blocks=blocks, strict=strict, profile=profile, single=single)
+    planner = Planner(model_or_block, budget=budget, blocks=blocks, strict=strict, profile=profile, single=single,
+                      head=head)
     planner.hf_route = True
     planner.install_hooks()
+    from . import lm_head
+
+    lm_head.install(planner)
     if single and (example_inputs or example_kwargs):
         m = model_or_block
         was = m.training
