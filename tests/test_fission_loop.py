@@ -219,3 +219,32 @@ def test_the_switch_keeps_every_fission_unrolled(mlp, monkeypatch):
     unrolled = fission_joint(mlp.gm, [f])
     loop = loop_parts(unrolled, [f])
     assert loop.code == unrolled.code and loop.meta[REPORT_META][0]["reason"] == f"{LOOP_ENV}=0"
+
+
+def test_a_tiny_llamas_split_head_runs_in_loop_form_with_eagers_gradients(monkeypatch):
+    """``budget="min"`` on a Llama whose logits dominate splits its head and loss (the search's
+    plan, the search's n); both modules call one subgraph per fission, and the gradients are
+    eager's. Its backward's parts read slices of a zero tensor at their own offsets: those stay
+    operands (embedded as constants, they made the parts look different)."""
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setenv(LOOP_ENV, "1")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=4096, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(cfg)
+    ids = torch.randint(0, 4096, (2, 64))
+    labels = ids.clone()
+    labels[0, :20] = -100
+    ref = copy.deepcopy(model)
+    ref(input_ids=ids, labels=labels).loss.backward()
+    modules = []
+    original = partitioner.loop_parts
+    monkeypatch.setattr(partitioner, "loop_parts", lambda gm, f: modules.append(original(gm, f)) or modules[-1])
+    torch._dynamo.reset()
+    step = remat.compile(model, budget="min", compiler="eager", cache=False)
+    step(input_ids=ids, labels=labels).loss.backward()
+    assert len(modules) == 2
+    for m in modules:
+        assert all(e["calls"] == e["parts"] > 1 and e["unrolled"] == 0 for e in m.meta[REPORT_META]), m.meta
+    for (name, p), r in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-6, msg=name)

@@ -251,7 +251,8 @@ def _signature(k: int, nodes: list[fx.Node]) -> _Part:
 
 def _constant(a: fx.Node, memo: dict[fx.Node, bool]) -> bool:
     """Whether ``a`` is computed from no input by deterministic, pure ops (``full``,
-    ``scalar_tensor``, ``iota`` and views of them): the subgraph computes such an operand itself,
+    ``scalar_tensor``, ``iota`` and views of them, not slices: a fission slices a constant
+    input at each part's offset, and such a slice is the part's operand): the subgraph computes such an operand itself,
     as inductor computes it inside the kernels that read it in the unrolled module. Passed in,
     it is a buffer read from memory, and inductor's heuristics then wrote a part's one-hot mask
     of the logits' size that the unrolled module computes inside its reader."""
@@ -260,6 +261,7 @@ def _constant(a: fx.Node, memo: dict[fx.Node, bool]) -> bool:
     target = a.target
     schema = getattr(target, "_schema", None)
     ok = (a.op == "call_function" and isinstance(target, torch._ops.OpOverload) and PART_META not in a.meta
+          and target is not torch.ops.aten.slice.Tensor  # a fission's slice: offsets differ per part
           and schema is not None and not schema.is_mutable
           and torch.Tag.nondeterministic_seeded not in target.tags
           and isinstance(a.meta.get("val"), torch.Tensor))
