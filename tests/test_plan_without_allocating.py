@@ -94,6 +94,11 @@ def test_profile_object_is_recorded():
     assert device["profile"]["peak_flops"] == 100e12 and device["profile"]["bandwidth"] == 2e12
     cpu = Target.create(device="cpu").device_meta({"type": "cpu", "dtype": "float32"})
     assert cpu["type"] == "cpu" and cpu["profile"]["name"] == "cpu"
+    # a GPU is priced in the step's dtype unless its name says another; CUDA's names are read
+    bf16 = {"type": "cpu", "dtype": "bfloat16"}
+    assert Target.create(device="H100").device_meta(bf16)["profile"]["name"] == "h100-bf16"
+    assert Target.create(device="H100-fp32").device_meta(bf16)["profile"]["name"] == "h100-fp32"
+    assert Target.create(device="NVIDIA A100-SXM4-40GB").device_meta(bf16)["memory_bytes"] == 40 * 2**30
 
 
 def test_function_of_shapes_plans_as_real():

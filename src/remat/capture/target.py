@@ -12,11 +12,12 @@ on it. The profile is resolved by :func:`remat.cost.profiles.resolve_profile` (a
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..cost.model import PROFILES, DeviceProfile
+from ..cost.model import PROFILES, DeviceProfile, datasheet_gpu
 from ..cost.profiles import memory_bytes, profile_key, profile_record, resolve_profile
 from ..errors import OptionError
 
@@ -58,13 +59,17 @@ class Target:
 
     @property
     def gpu(self) -> str:
-        """The GPU's name as given (the device's or the profile's); ``""`` for a bare ``"cuda"``."""
+        """The GPU's name as given (the device's or the profile's); for a bare ``"cuda"``, this
+        machine's GPU where it has one, else ``""``."""
         if self.device is not None and self.device.lower().split(":")[0] not in ("cpu", "cuda"):
             return self.device
         if isinstance(self.profile, DeviceProfile):
             return self.profile.name
         if isinstance(self.profile, str) and not _is_file(self.profile):
             return self.profile
+        torch = sys.modules.get("torch")  # imported by whoever captures; `remat plan` needs none
+        if self.device is not None and torch is not None and torch.cuda.is_available():
+            return torch.cuda.get_device_name(self.device if ":" in self.device else None)
         return ""
 
     def resolve(self, dtype: str | None) -> DeviceProfile:
@@ -77,7 +82,18 @@ class Target:
             return resolve_profile(self.profile, dtype=_dtype(dtype) if named else None)
         if self.kind == "cpu":
             return PROFILES["cpu"]
-        return resolve_profile(self.gpu or "A100", dtype=_dtype(dtype))
+        name = self.gpu or "A100"
+        try:
+            return resolve_profile(name, dtype=_dtype(dtype))
+        except OptionError as e:
+            first = e
+        try:
+            return resolve_profile(name)  # a name with a dtype of its own ("H100-fp32") wins
+        except OptionError:
+            known = datasheet_gpu(name)  # a CUDA device's own name ("NVIDIA H100 80GB HBM3")
+            if known is None:
+                raise first from None
+            return resolve_profile(known, dtype=_dtype(dtype))
 
     def device_meta(self, captured: dict) -> dict:
         """``graph.meta["device"]`` for a graph captured with device record ``captured``: the
