@@ -6,7 +6,7 @@ torchtitan 0.2 builds it from its model args dataclass (``TransformerModelArgs``
 one ``Llama3TransformerBlock.Config`` per layer, ``cfg.build()``, then ``init_states()``). Both
 keep the layers in an ``nn.ModuleDict`` and rotate with complex-valued frequencies; 0.3 fuses
 the attention projections into one ``wqkv``. 0.3's language models attend through FlexAttention,
-which torchtitan compiles with inductor; on a CPU these tests use its
+which has no backward on a CPU (``NotImplementedError`` from torch 2.13); these tests use its
 ``ScaledDotProductAttention`` (causal, no mask) instead, as 0.2 does by default.
 
 Importing any torchtitan model imports its expert-parallel kernels
