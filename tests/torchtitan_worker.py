@@ -82,7 +82,7 @@ def run(spec: str, rank: int) -> dict:
         grads.append({n: full(p.grad) for n, p in model.named_parameters()})
         opt.step()
     return {"losses": losses, "grads": grads, "saved_bytes": saved, "plans": len(plans),
-            "fallbacks": [p.fallback for p in plans if p.fallback is not None]}
+            "fallbacks": [str(p.fallback) for p in plans if p.fallback is not None]}
 
 
 def main() -> int:
