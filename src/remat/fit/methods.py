@@ -8,9 +8,10 @@ peak and predicted time under the target GPU's cost model):
   (PyTorch's ``default_partition``, eager autograd's saved set);
 - ``torch``: plain ``torch.compile`` (PyTorch's min cut, ``activation_memory_budget`` 1.0: the
   graph's recorded reference, ``meta["reference_saved"]``);
-- ``full``: full activation checkpointing, every block under ``torch.utils.checkpoint``: a
-  block keeps only its inputs and recomputes the rest in the backward; values outside the
-  blocks (embeddings, head, loss) are kept as without checkpointing;
+- ``full``: full activation checkpointing, every block under ``torch.utils.checkpoint``, and
+  ``torch.compile``: a block keeps only its inputs and recomputes the rest in the backward;
+  outside the blocks (embeddings, head, loss) PyTorch's min cut saves what it saves without
+  them (the graph's reference; without one, what no checkpointing keeps);
 - ``torch-knob``: PyTorch's ``activation_memory_budget`` at :data:`KNOB` (its saved set,
   recorded at capture as ``meta["knob_saved"]``; only where it was);
 - ``remat-0.5``: remat at half of plain ``torch.compile``'s activation memory (a fraction is a
@@ -40,7 +41,7 @@ KNOB = 0.5
 METHODS = {
     "none": "no checkpointing (PyTorch's default_partition: eager autograd's saved set)",
     "torch": "plain torch.compile (PyTorch's min cut)",
-    "full": "full checkpointing (every block under torch.utils.checkpoint)",
+    "full": "full checkpointing (every block under torch.utils.checkpoint), torch.compile",
     "torch-knob": f"PyTorch's activation_memory_budget={KNOB}",
     "remat-0.5": "remat, budget 0.5 of plain torch.compile's activation memory",
     "remat-min": "remat, budget 'min' (no fission, no offloading)",
@@ -95,10 +96,13 @@ def block_of(module: str | None, blocks: tuple[str, ...]) -> str | None:
 
 
 def full_checkpoint_saved(g: Graph, blocks: tuple[str, ...]) -> list[str]:
-    """What full checkpointing saves (see the module docstring): of what the forward keeps
-    without checkpointing, the values outside every block; and each block's inputs (forward
-    values made outside it that a node in it reads), and inside a block only what may not be
-    recomputed (random ops, values marked must-save)."""
+    """What full checkpointing saves (see the module docstring): of what plain
+    ``torch.compile`` saves (``meta["reference_saved"]``; without it, what the forward keeps
+    without checkpointing), the values outside every block; each block's inputs (forward
+    values made outside it that a node in it reads); and inside a block only what may not be
+    recomputed (random ops, values marked must-save). Outside the blocks PyTorch's partitioner
+    still runs: a step under ``torch.compile`` keeps its min cut there (a Llama's loss on a
+    32k vocabulary holds more than its four blocks do, and no checkpointing would keep it all)."""
     if not blocks:
         raise OptionError("full checkpointing needs the model's blocks (its transformer layers); "
                           "none were found: name them (a zoo entry's blocks, or the factory's 'blocks')")
@@ -106,7 +110,9 @@ def full_checkpoint_saved(g: Graph, blocks: tuple[str, ...]) -> list[str]:
     if not any(where.values()):
         raise OptionError(f"no node of graph {g.name!r} is in the blocks {list(blocks)[:3]}...: the capture "
                           "recorded no module paths for them")
-    kept = solve(g, "checkpoint-all", time_limit=None).saved_names
+    kept = g.meta.get("reference_saved")
+    if kept is None:
+        kept = solve(g, "checkpoint-all", time_limit=None).saved_names
     saved = [v for v in kept if where.get(v) is None or g[v].is_primal]
     saved += [n.name for n in g.nodes if n.is_primal]  # the recomputation reads them; unread ones drop out
     for n in g.nodes:
