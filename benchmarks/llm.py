@@ -8,7 +8,9 @@ hand-chunked in 8 token chunks under torch.utils.checkpoint (hf-gc+chunked, Lige
 in plain torch: the bar); torchtitan's op SAC; remat.checkpoint 0.8 / 0.5 / "min"; plain
 torch.compile; PyTorch's activation_memory_budget 0.5; remat.compile 0.5 / "min". Columns: peak
 above resident (the profiler's allocation records), step time (median), first step, the largest
-gradient difference from eager, and peak and time against eager and against the bar.
+gradient difference from eager, and peak and time against eager and against the bar. The
+device probes remat.checkpoint prices with are measured once, before the rows, into a temporary
+folder every row reads (as a user's second run reads them); plans are never cached.
 
     python benchmarks/llm.py [--models llama,qwen,mixtral,lora,gpt2] [--seqs 1024]
                              [--methods eager,hf-gc,...] [--repeats 5]
@@ -19,7 +21,9 @@ than its step time (+5%); remat at 0.5 faster than full checkpointing; remat's f
 """
 
 from remat.bench import harness
-from remat.bench.llm import CONFIGS, METHODS, in_subprocess, ratios
+import tempfile
+
+from remat.bench.llm import CONFIGS, METHODS, in_subprocess, ratios, warm_probes
 
 COLUMNS = ["model", "seq", "vocab", "method", "peak_MiB", "peak_vs_eager", "peak_vs_bar", "step_s",
            "time_vs_eager", "time_vs_bar", "first_s", "grad_err", "head_chunk", "status"]
@@ -36,11 +40,13 @@ def arguments(ap) -> None:
 
 def run(args):
     rows = []
+    probes = tempfile.mkdtemp(prefix="remat-llm-probes-")  # measured once, read by every row
+    warm_probes(probes, args.threads or 1)
     for model in (m.strip() for m in args.models.split(",")):
         for seq in (int(s) for s in args.seqs.split(",")):
             for method in (m.strip() for m in args.methods.split(",")):
                 row = in_subprocess(model, method, seq, vocab=args.vocab, repeats=args.repeats,
-                                    threads=args.threads or 1, timeout=args.timeout)
+                                    threads=args.threads or 1, timeout=args.timeout, probes_dir=probes)
                 if "peak_bytes" in row:
                     row["peak_MiB"] = round(row["peak_bytes"] / harness.MiB, 2)
                 rows.append(row)

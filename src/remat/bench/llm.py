@@ -189,12 +189,15 @@ print("ROW " + json.dumps(measure({model!r}, {method!r}, {seq}, {batch}, {vocab}
 
 
 def in_subprocess(model: str, method: str, seq: int, batch: int = 1, vocab: int | None = None,
-                  repeats: int = 5, threads: int = 1, timeout: float | None = 900) -> dict:
+                  repeats: int = 5, threads: int = 1, timeout: float | None = 900,
+                  probes_dir: str | None = None) -> dict:
     """:func:`measure` in a fresh interpreter (nothing compiled, cached or allocated is shared
     between rows): its row, or one whose ``status`` says what failed."""
     code = CHILD.format(model=model, method=method, seq=int(seq), batch=int(batch), vocab=vocab,
                         repeats=int(repeats), threads=int(threads))
-    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "REMAT_CACHE_DIR": "off"}
+    # probes (the device profile, SAC's dispatch cost) from ``probes_dir`` when given, as a user's
+    # second run reads them; plans never cached
+    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "REMAT_CACHE_DIR": probes_dir or "off"}
     base = {"model": model, "method": method, "seq": seq, "batch": batch}
     try:
         out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
@@ -206,6 +209,23 @@ def in_subprocess(model: str, method: str, seq: int, batch: int = 1, vocab: int 
         tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
         return {**base, "status": f"failed: {tail[:160]}"}
     return {**json.loads(rows[-1]), "status": "ok"}
+
+
+WARM = """
+import torch
+torch.set_num_threads({threads})
+from remat.cost.calibrate import profile_for
+from remat.eager.policy import sac_overhead
+profile_for("cpu"); sac_overhead()
+"""
+
+
+def warm_probes(directory: str, threads: int = 1) -> None:
+    """Measure this machine's probes once into ``directory`` (what ``remat.checkpoint``'s first
+    run stores and every later one reads)."""
+    env = {**os.environ, "REMAT_CACHE_DIR": directory}
+    subprocess.run([sys.executable, "-c", WARM.format(threads=int(threads))], check=True, env=env,
+                   capture_output=True)
 
 
 def ratios(rows: list[dict]) -> list[dict]:
