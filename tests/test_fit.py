@@ -70,6 +70,15 @@ def test_fsdp_shards_every_state():
     assert eight.total * 8 >= one.total > (eight.total - 4) * 8
 
 
+def test_fsdp_takes_the_other_shards_of_the_parameters_off_the_graph_and_adds_the_gathered_blocks():
+    from remat.fit.fitting import outside_graph
+
+    one, four = model_states(1000, shards=1), model_states(1000, shards=4)
+    assert outside_graph(one, 2000, gather_bytes=300) == 12000  # master + AdamW's moments; no gathering
+    # the graph holds 2000 bytes of bf16 weights; a GPU keeps 500 of them, 3000 of fp32 state
+    assert outside_graph(four, 2000, gather_bytes=300) == 3000 - 1500 + 300
+
+
 def test_states_refuse_unknown_names():
     with pytest.raises(OptionError, match="unknown optimizer 'lion'"):
         model_states(10, optimizer="lion")
