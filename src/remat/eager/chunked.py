@@ -77,14 +77,14 @@ class _Chunked(torch.autograd.Function):
                 for i, g in zip(live, got):
                     if g is None:
                         continue
-                    if grads[i] is None:
-                        grads[i] = g
+                    if grads[i] is None:  # half-precision gradients summed in fp32, rounded once
+                        grads[i] = g.float() if g.dtype in (torch.float16, torch.bfloat16) else g
                     else:
                         grads[i].add_(g)
                 # nothing of this chunk outlives it (a weight's gradient is as large as the weight)
                 del got, loss, h, g
         ctx.grad_h = None if grad_h is None else grad_h.view(hidden.shape)
-        ctx.grads = grads
+        ctx.grads = [g if g is None or g.dtype == p.dtype else g.to(p.dtype) for g, p in zip(grads, params)]
         ctx.first = None  # the incoming gradient of the first backward (scaled in place then)
         if total is None:
             total = torch.zeros((), dtype=torch.float32, device=hidden.device)
