@@ -21,7 +21,9 @@ subgraph runs as an fx module. What the plan decided stays:
   offsets that differ per part) and the shared inputs (weights) are the call's operands, and
   part k's operands are part k's slices; only values made from no input (``full``,
   ``scalar_tensor``, ``iota``: deterministic, pure) are computed again inside the subgraph, as
-  inductor computes them inside the kernels that read them unrolled;
+  inductor computes them inside the kernels that read them unrolled (passed in as buffers,
+  they tipped inductor into writing each part's one-hot mask of the logits: 1.26x the
+  unrolled peak on a small head, measured);
 - the merges stay outside too: the running sums (``sum_name(v, k)``), the mean's division and
   the concatenations read the calls' outputs as they read the parts' nodes, so a partial sum
   is added in as soon as its part returns;
@@ -44,7 +46,8 @@ Which parts are called and which stay unrolled, per fission and per module:
 - **Unrolled, as** :mod:`remat.lower.fission` **lowers it**: a part that matches no other (a
   plan that saves part 0's logits but recomputes part 1's in the backward: the backward holds
   different ops for the two); a fission whose part node appears twice in one module (a value
-  of a part computed again there); a part whose nodes are not call_function ops; a part a call
+  of a part computed again there); a part whose nodes are not call_function ops, or whose value
+  read outside it is not a tensor (a call returns tensors); a part a call
   cannot replace without a cycle (a node outside the part both reads it and feeds it); and
   every fission when ``REMAT_FISSION_LOOP=0`` is set (the unrolled lowering, for comparison).
   Each unrolled fission's reason is recorded in the module's ``meta["fission_loops"]``.
