@@ -161,3 +161,20 @@ def test_cli_captures_on_meta_and_plans_for_a_gpu(tmp_path, capsys):
     assert out["meta"]["peak_bytes"] == out["real-h100"]["peak_bytes"] == out["real"]["peak_bytes"]
     assert out["meta"]["predicted_seconds"] == out["real-h100"]["predicted_seconds"]
     assert out["meta"]["predicted_seconds"] != out["real"]["predicted_seconds"]
+
+
+def test_a_measured_profile_is_priced_with():
+    """A profile given as an object (or a file) prices the plan, not the datasheet GPU its name
+    might match: a GPU a hundred times slower predicts a slower step at the same peak."""
+    import dataclasses
+
+    fast = resolve_profile("H100-fp32")
+    slow = dataclasses.replace(fast, name="slow-gpu (measured)", peak_flops=fast.peak_flops / 100,
+                               bandwidth=fast.bandwidth / 100, launch_seconds=fast.launch_seconds * 100,
+                               matmul_curve=(), bandwidth_curve=())
+    xs = [torch.randn(256, 256, requires_grad=True) for _ in range(2)]
+    p_fast, p_slow = (remat.plan(lambda a, b: (a @ b).relu().sum(), *xs, profile=p, cache=False)
+                      for p in (fast, slow))
+    assert p_slow.graph.meta["device"]["profile"]["name"] == "slow-gpu (measured)"
+    assert p_slow.peak_bytes == p_fast.peak_bytes
+    assert p_slow.predicted_seconds > 20 * p_fast.predicted_seconds

@@ -310,13 +310,21 @@ def datasheet_gpu(device_name: str) -> str | None:
 def profile_for_graph(g: Graph) -> DeviceProfile:
     """The device profile of the device a captured graph runs on (``g.meta["device"]``,
     recorded by capture: ``{"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "dtype":
-    "bfloat16"}``); the CPU profile for graphs without one (Checkmate's, synthetic ones).
+    "bfloat16"}``): the profile recorded there when the graph was planned for a target (its
+    ``"profile"``, a measured file's or a datasheet's numbers), else the datasheet GPU its name
+    says; the CPU profile for graphs without one (Checkmate's, synthetic ones).
 
     >>> from remat.graph.examples import cos_cos_graph
     >>> profile_for_graph(cos_cos_graph()).name
     'cpu'
     """
     device = (g.meta or {}).get("device") or {}
+    record = device.get("profile")
+    if isinstance(record, dict):  # planned for a target (remat.plan(..., device=/profile=)): its profile
+        from .profile_json import PROFILE_FORMAT, PROFILE_VERSION, profile_from_entry
+
+        return profile_from_entry({"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "profile": record},
+                                  "the graph's recorded device profile")
     if device.get("type") != "cuda":
         return PROFILES["cpu"]
     kind = "half" if device.get("dtype") in ("bfloat16", "float16") else "float"
