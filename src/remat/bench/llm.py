@@ -5,7 +5,8 @@ Models (transformers configs with random weights, widths small enough for a CPU)
 ``qwen`` (Qwen2), ``mixtral`` (an MoE with transformers' grouped experts), ``lora`` (a Llama
 whose base is frozen, peft's LoRA on the attention's q and v) and ``gpt2``. Each row is one
 method in a fresh process (:func:`in_subprocess`): the step is ``model(input_ids=ids,
-labels=labels).loss.backward()``, labels with a prompt and a quarter of the rest ignored.
+labels=labels).loss.backward()``, labels with a prompt and a quarter of the rest ignored. ``remat full`` is remat.checkpoint's
+default (full checkpointing's predicted peak, the least recomputation that keeps it).
 
 Methods: ``eager``; ``hf-gc`` (transformers' gradient checkpointing, non-reentrant);
 ``hf-gc+chunked`` (that, with the head and loss in token chunks under ``torch.utils.checkpoint``,
@@ -33,7 +34,7 @@ CONFIGS = {
     "gpt2": (2, 128, 4, 4, 512, 50257),
 }
 
-METHODS = ("eager", "hf-gc", "hf-gc+chunked", "op-sac", "remat 0.8", "remat 0.5", "remat min",
+METHODS = ("eager", "hf-gc", "hf-gc+chunked", "op-sac", "remat full", "remat 0.8", "remat 0.5", "remat min",
            "torch.compile", "knob 0.5", "remat.compile 0.5", "remat.compile min")
 
 CHUNKS = 8
@@ -126,7 +127,7 @@ def _loss_fn(lm, method: str):
         return plain
     if method.startswith("remat "):
         b = method.split()[1]
-        remat.checkpoint(lm, budget=b if b == "min" else float(b))
+        remat.checkpoint(lm, budget=b if b in ("min", "full") else float(b))
         return plain
     if method == "torch.compile":
         return torch.compile(plain)
