@@ -78,9 +78,6 @@ def test_remat_saved_less(ranks, spec):
             assert got["plans"] >= 1 and not got["fallbacks"], got["fallbacks"]
 
 
-@pytest.mark.xfail(strict=True, raises=remat.OptionError,
-                   reason="remat.eager.blocks.find_blocks looks for blocks in ModuleList and Sequential "
-                          "only; torchtitan keeps its layers in an nn.ModuleDict")
 def test_checkpoint_finds_torchtitan_s_blocks_without_being_told():
     model = titan.llama3()
     remat.checkpoint(model, budget="min")

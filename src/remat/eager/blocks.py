@@ -47,8 +47,9 @@ def find_blocks(model: nn.Module, blocks=None) -> list[tuple[str, nn.Module]]:
                 return _outermost(found)
         found = []
         for n, m in named:
-            if isinstance(m, (nn.ModuleList, nn.Sequential)) and len(m) >= 2:
-                counts = Counter(type(c) for c in m)
+            # a ModuleDict too: torchtitan keeps its layers in one ({"0": block, "1": ...})
+            if isinstance(m, (nn.ModuleList, nn.Sequential, nn.ModuleDict)) and len(m) >= 2:
+                counts = Counter(type(c) for c in m.children())
                 cls, count = counts.most_common(1)[0]
                 if count >= 2:
                     prefix = f"{n}." if n else ""

@@ -37,7 +37,8 @@ def checkpoint(model: torch.nn.Module, budget="full", blocks=None, *, strict: bo
       without checkpointing (nothing recomputed). Out of reach: a :class:`remat.RematBudgetWarning` naming the least reachable,
       and the step runs at that least; with ``strict=True``, :class:`remat.InfeasibleBudgetError`.
     - ``blocks``: which modules are blocks (a class, a list of module names, a predicate
-      ``f(name, module)``); default: transformers' layers, else same-class children of a ModuleList.
+      ``f(name, module)``); default: transformers' layers, else same-class children of a ModuleList,
+      Sequential or ModuleDict (torchtitan's layers).
     - ``offload``: when true, the plan also keeps values in host memory where their two copies
       over the measured link (:func:`remat.eager.offload.eager_link`) cost less than their
       recomputation, or fit beside the block's compute on an asynchronous link
