@@ -30,6 +30,8 @@ The device numbers are settings: :func:`remat.cost.calibrate.cpu_profile` measur
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import math
 import re
@@ -75,6 +77,15 @@ class DeviceProfile:
     bandwidth_curve: Curve = ()
     element_seconds: float = 0.0
     memory: int | None = None
+
+    @classmethod
+    def from_record(cls, record: dict) -> DeviceProfile:
+        """The profile a graph records (``g.meta["device"]["profile"]``: its fields as JSON values,
+        curves as lists of pairs, written by remat; :mod:`remat.cost.profile_json` reads a
+        user's file, with checks)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        curves = ("matmul_curve", "conv_curve", "bandwidth_curve")
+        return cls(**{k: tuple(tuple(p) for p in v) if k in curves else v for k, v in record.items() if k in known})
 
     @property
     def op_fixed(self) -> float:
@@ -321,10 +332,7 @@ def profile_for_graph(g: Graph) -> DeviceProfile:
     device = (g.meta or {}).get("device") or {}
     record = device.get("profile")
     if isinstance(record, dict):  # planned for a target (remat.plan(..., device=/profile=)): its profile
-        from .profile_json import PROFILE_FORMAT, PROFILE_VERSION, profile_from_entry
-
-        return profile_from_entry({"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "profile": record},
-                                  "the graph's recorded device profile")
+        return DeviceProfile.from_record(record)
     if device.get("type") != "cuda":
         return PROFILES["cpu"]
     kind = "half" if device.get("dtype") in ("bfloat16", "float16") else "float"
