@@ -242,8 +242,13 @@ def _value_file(cache):
 
 
 def test_a_second_process_reads_the_stored_probes_instead_of_measuring(measured, _plan_cache):
+    import torch
+
     calibrate.profile_for("cpu"), calibrate.sac_overhead()
-    code = ("import json, remat.cost.calibrate as c\n"
+    # the probes are keyed on torch's thread count: the child runs with this process's (an
+    # earlier test in this worker may have set it)
+    code = (f"import torch; torch.set_num_threads({torch.get_num_threads()})\n"
+            "import json, remat.cost.calibrate as c\n"
             "def refuse(*a, **k):\n"
             "    raise AssertionError('measured again')\n"
             "c._measure = c._measure_sac = refuse\n"
