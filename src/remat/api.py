@@ -94,7 +94,8 @@ def compile(model: Callable, *, solver: str = "auto", budget: str | float | None
 
     - ``offload``: let plans offload saved values to host memory (default True) where the
       copies are known to work on this torch and device (on CUDA: PyTorch's ``ao`` copy ops
-      with the schemas remat lowers to; :func:`remat.lower.offload.offload_support`). Where
+      where this torch has them with the schemas remat lowers to, else remat's own async copy
+      ops, :mod:`remat.lower.copy_ops`, on torch 2.10-2.12; :func:`remat.lower.offload.offload_support`). Where
       they are not, remat plans without offloading and warns once (``strict=True`` raises if
       the solver asked for can only offload). ``False``: never offload.
     - ``bandwidth``: bytes/s of the host link the plans assume; default: measured once per
