@@ -43,7 +43,8 @@ from ..graph.graph import Graph, Node
 from ..plans.budget import REFERENCE_OF, reference_figures
 
 MAX_PARTS = 16
-"""The most parts a fission runs as (the lowering unrolls them)."""
+"""The most parts a fission runs as (the lowering writes each part; identical parts are then
+compiled once, as calls of one subgraph: :mod:`remat.lower.fission_loop`)."""
 
 
 def fission(g: Graph, component: Component, nodes: Iterable[str], n: int = 1, *,
