@@ -81,6 +81,7 @@ def _save_items_not_tuples(g: Graph, fw: list[Statement], saved: list[str]):
     fw = list(fw)
     out: list[str] = []
     computed = {s.node for s in fw if s.op == "compute"}
+    stuck = []
     for name in saved:
         if g[name].can_save or g[name].is_primal:
             out.append(name)
@@ -89,11 +90,15 @@ def _save_items_not_tuples(g: Graph, fw: list[Statement], saved: list[str]):
         if not items and (g[name].is_output or g[name].backward_output):
             continue  # kept to the end anyway (an output, a gradient): the backward reads it
         if not items:
-            raise PlanError(f"schedule saves {name!r}, which cannot cross to the backward")
+            stuck.append(name)
+            continue
         for it in items:
             if it not in computed:
                 fw.append(Statement("compute", it))
                 computed.add(it)
             if it not in out:
                 out.append(it)
+    if stuck:  # every such value, in name order (not the schedule's, which a re-ordering changes)
+        names = ", ".join(repr(n) for n in sorted(stuck))
+        raise PlanError(f"schedule saves {names}, which cannot cross to the backward")
     return fw, out
