@@ -24,11 +24,8 @@ lowers them (:func:`remat.lower.fission_loop.op_counts`: a subgraph's ops once).
 from __future__ import annotations
 
 import copy
-import json
 import os
 import resource
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -180,16 +177,10 @@ def in_subprocess(method: str, parts: int, config: dict[str, int], threads: int 
            "REMAT_FISSION_LOOP": "0" if method == "unrolled" else "1"}
     code = CHILD.format(threads=int(threads), method=method, parts=int(parts), config=dict(config),
                         compile_threads=int(compile_threads))
-    base = {"method": method, "parts": parts if method != "torch.compile" else None}
-    try:
-        out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {**base, "status": f"timed out after {timeout:g} s"}
-    rows = [line[4:] for line in out.stdout.splitlines() if line.startswith("ROW ")]
-    if out.returncode != 0 or not rows:
-        tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
-        return {**base, "status": f"crashed: {tail[:160]}"}
-    return json.loads(rows[-1])
+    from . import harness
+
+    return harness.child_row(code, {"method": method, "parts": parts if method != "torch.compile" else None},
+                             env=env, timeout=timeout)
 
 
 COLUMNS = ("method", "parts", "status", "first s", "first CPU s", "inductor s", "inductor CPU s", "partition s", "step s", "peak MB",

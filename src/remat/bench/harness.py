@@ -195,6 +195,23 @@ def time_ratios(steps: dict[str, Callable], base: str, repeats: int = 5, warmup:
 # -- rows on disk ------------------------------------------------------------------------------
 
 
+def child_row(code: str, base: dict, *, env: Mapping | None = None, timeout: float | None = None,
+              failed: str = "crashed") -> dict:
+    """Run ``code`` in a fresh interpreter and return the row it prints last (a line ``ROW
+    {json}``), or ``base`` with ``status`` saying why none came: timed out, or ``failed`` with the
+    last line of its stderr (one process per row: nothing compiled, cached or allocated shared)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
+                             env=dict(env) if env is not None else None, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": f"timed out after {timeout:g} s"}
+    rows = [line[4:] for line in out.stdout.splitlines() if line.startswith("ROW ")]
+    if out.returncode != 0 or not rows:
+        tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        return {**base, "status": f"{failed}: {tail[:160]}"}
+    return json.loads(rows[-1])
+
+
 def results_dir(script: str | Path | None = None) -> Path:
     """``benchmarks/results`` beside the script (or of the repository the working directory is in)."""
     if script is not None:

@@ -19,7 +19,6 @@ time (median of the repeats), first-step seconds, the largest gradient differenc
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -147,7 +146,6 @@ def measure(model: str, method: str, seq: int, batch: int = 1, vocab: int | None
     """One row: ``method`` on ``model`` in this process."""
     import copy
 
-    import torch
 
     from .measure import peak_memory, step_time
 
@@ -199,17 +197,11 @@ def in_subprocess(model: str, method: str, seq: int, batch: int = 1, vocab: int 
     # probes (the device profile, SAC's dispatch cost) from ``probes_dir`` when given, as a user's
     # second run reads them; plans never cached
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "REMAT_CACHE_DIR": probes_dir or "off"}
-    base = {"model": model, "method": method, "seq": seq, "batch": batch}
-    try:
-        out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
-                             timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {**base, "status": f"timed out after {timeout:g} s"}
-    rows = [line[4:] for line in out.stdout.splitlines() if line.startswith("ROW ")]
-    if out.returncode != 0 or not rows:
-        tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
-        return {**base, "status": f"failed: {tail[:160]}"}
-    return {**json.loads(rows[-1]), "status": "ok"}
+    from . import harness
+
+    row = harness.child_row(code, {"model": model, "method": method, "seq": seq, "batch": batch}, env=env,
+                            timeout=timeout, failed="failed")
+    return row if "status" in row else {**row, "status": "ok"}
 
 
 WARM = """

@@ -123,14 +123,12 @@ class LMHead:
         self.linear = model.get_output_embeddings()
         self.vocab = int(self.linear.out_features)
         self.width = int(self.linear.in_features)
-        base = {id(p) for p in getattr(model, self.prefix).parameters()}
         seen: dict = {}
         for name, p in model.named_parameters(remove_duplicate=False):
             # the head's own parameters, the output embedding tied to the input one included
             if not name.startswith(self.prefix + ".") or id(p) in {id(q) for q in self.linear.parameters()}:
                 seen[id(p)] = p
         self._head_params = list(seen.values())
-        self._base_ids = base
         self.checked: str | None = None  # None: not yet; "" held; else why not
         self.frontiers: dict = {}
         self.last_chunk: int | None = None
